@@ -1,0 +1,33 @@
+"""alkstore_trio: a durable job queue and actor-style supervision framework for trio.
+
+Layers, each importing only the ones below it (checked by import-linter):
+
+- ``_errors``, ``_core``: the error hierarchy and the pure contract (records,
+  validation, backoff, transitions, the indexed in-memory table); no I/O, no trio.
+- ``_engines``: the backend protocol and the engines (the in-memory engine actor).
+- ``_store``: the public ``Store``/``Queue``/``JobHandle``/``Transaction`` facade,
+  identical on every engine; ``_open``: ``open_store``.
+- ``testing``: manual clock, reference model, conformance suite, state machine.
+- ``_cli``: the ``alkstore-trio`` command.
+
+Everything public is re-exported here; nothing else is public.
+"""
+
+from ._core import Job as Job
+from ._core import JobState as JobState
+from ._core import QueueOpts as QueueOpts
+from ._core import SweepResult as SweepResult
+from ._engines._wake import WakeListener as WakeListener
+from ._errors import AlkstoreError as AlkstoreError
+from ._errors import EngineError as EngineError
+from ._errors import HandleConsumed as HandleConsumed
+from ._errors import InvalidArgument as InvalidArgument
+from ._errors import SchemaError as SchemaError
+from ._errors import StoreClosed as StoreClosed
+from ._open import open_store as open_store
+from ._store import JobHandle as JobHandle
+from ._store import Queue as Queue
+from ._store import Store as Store
+from ._store import Transaction as Transaction
+
+__version__ = "0.1.0"

@@ -1,0 +1,34 @@
+"""The pure core: the contract in executable form.
+
+Synchronous, no I/O, no clock reads, no trio. It holds the records (options, job row,
+enqueue input), the validation of every argument, enqueue resolution, the backoff curve,
+every state transition as a function of (row, now, inputs), and the indexed in-memory
+table that the in-memory engine runs. Every engine is checked against the same rules.
+"""
+
+from ._records import DEFAULT_OPTS as DEFAULT_OPTS
+from ._records import EnqueueSpec as EnqueueSpec
+from ._records import Job as Job
+from ._records import JobState as JobState
+from ._records import QueueOpts as QueueOpts
+from ._records import SweepResult as SweepResult
+from ._records import enqueue_specs as enqueue_specs
+from ._table import JobTable as JobTable
+from ._transitions import EXPIRED as EXPIRED
+from ._transitions import FAILED as FAILED
+from ._transitions import MAX_ATTEMPTS_EXCEEDED as MAX_ATTEMPTS_EXCEEDED
+from ._transitions import backoff_delay_s as backoff_delay_s
+from ._transitions import claim_order_key as claim_order_key
+from ._transitions import claimed as claimed
+from ._transitions import dead as dead
+from ._transitions import enqueued_job as enqueued_job
+from ._transitions import failed as failed
+from ._transitions import heartbeaten as heartbeaten
+from ._transitions import is_ackable as is_ackable
+from ._transitions import is_claimable as is_claimable
+from ._transitions import is_expired as is_expired
+from ._transitions import is_purgeable as is_purgeable
+from ._transitions import is_reclaimable as is_reclaimable
+from ._transitions import is_valid_claim as is_valid_claim
+from ._transitions import needs_pre_claim_sweep as needs_pre_claim_sweep
+from ._transitions import retried as retried

@@ -1,0 +1,152 @@
+"""The records of the contract: options (Q1), the job row (Q8), enqueue input (Q2) and
+sweep results (Q9). All frozen; all pure data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, NamedTuple, TypeAlias
+
+from . import _validate as v
+
+JobState: TypeAlias = Literal["pending", "processing", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOpts:
+    """Per-queue options (Q1). They are the *stamps* a queue handle writes onto every row
+    it enqueues; a row keeps its stamps for life.
+
+    Attributes:
+        visibility_timeout_s: How long a claim is valid without a heartbeat (> 0).
+        max_attempts: How many claims a job gets before it is dead-lettered (>= 1).
+        backoff_base_s: The base of the retry backoff curve (>= 0; 0 retries at once).
+        expires_in_s: A job not finished this long after its enqueue expires and is
+            dead-lettered by the next sweep (> 0), or ``None`` for never.
+        dead_letter_retention_s: How long a sweep keeps dead rows (>= 0), or ``None`` to
+            keep them forever. Used by the sweeping handle, not stamped onto rows.
+
+    Raises:
+        InvalidArgument: a value is NaN, infinite, a bool, negative, out of range or of the
+            wrong type.
+    """
+
+    visibility_timeout_s: float = 300.0
+    max_attempts: int = 3
+    backoff_base_s: float = 5.0
+    expires_in_s: float | None = None
+    dead_letter_retention_s: float | None = None
+
+    def __post_init__(self) -> None:
+        checked = {
+            "visibility_timeout_s": v.check_duration(
+                "visibility_timeout_s", self.visibility_timeout_s, min_s=0, min_inclusive=False
+            ),
+            "max_attempts": v.check_max_attempts("max_attempts", self.max_attempts),
+            "backoff_base_s": v.check_duration("backoff_base_s", self.backoff_base_s, min_s=0),
+            "expires_in_s": v.check_optional_duration(
+                "expires_in_s", self.expires_in_s, min_s=0, min_inclusive=False
+            ),
+            "dead_letter_retention_s": v.check_optional_duration(
+                "dead_letter_retention_s", self.dead_letter_retention_s, min_s=0
+            ),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+#: The stamps a row enqueued without a queue handle gets (Q1): 300 / 3 / 5 / None.
+DEFAULT_OPTS = QueueOpts()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job row as an engine shows it (Q8): a frozen snapshot, never updated in place.
+
+    Timestamps are timezone-aware UTC datetimes. ``attempts`` counts claims so far (a
+    claimed job's snapshot shows the post-claim count, its *claim token*). The payload is
+    left out of ``repr`` so that logging a job never leaks it.
+    """
+
+    id: int
+    queue: str
+    payload: bytes = field(repr=False)
+    priority: int
+    state: JobState
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    enqueued_at: datetime
+    visibility_timeout_s: float
+    backoff_base_s: float
+    expires_at: datetime | None
+    claimed_by: str | None
+    claimed_at: datetime | None
+    claim_expires_at: datetime | None
+    last_error: str | None
+    died_at: datetime | None
+
+
+class SweepResult(NamedTuple):
+    """What :meth:`Queue.sweep_expired` did (Q9).
+
+    Attributes:
+        expired: Live rows moved to dead because they expired.
+        purged: Dead rows deleted because their retention ran out.
+    """
+
+    expired: int
+    purged: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueSpec:
+    """Validated input for one row to enqueue, not yet resolved against a clock.
+
+    ``max_attempts`` is already resolved (the per-job override or the stamp); the times
+    are resolved by :func:`alkstore_trio._core.enqueued_job` with the engine's ``now``.
+    """
+
+    queue: str
+    payload: bytes = field(repr=False)
+    priority: int
+    delay_s: float | None
+    run_at: datetime | None
+    max_attempts: int
+    visibility_timeout_s: float
+    backoff_base_s: float
+    expires_in_s: float | None
+
+
+def enqueue_specs(
+    queue: str,
+    opts: QueueOpts,
+    payloads: Sequence[object],
+    *,
+    max_payload_bytes: int,
+    priority: object,
+    delay_s: object,
+    run_at: object,
+    max_attempts: object,
+) -> list[EnqueueSpec]:
+    """Validate Q2's arguments for one or many payloads; raise before any effect."""
+    checked_priority = v.check_priority(priority)
+    checked_delay = None if delay_s is None else v.check_duration("delay_s", delay_s)
+    checked_run_at = v.check_optional_run_at(run_at)
+    override = v.check_optional_max_attempts(max_attempts)
+    resolved_max = opts.max_attempts if override is None else override
+    return [
+        EnqueueSpec(
+            queue=queue,
+            payload=v.check_payload(payload, max_payload_bytes),
+            priority=checked_priority,
+            delay_s=checked_delay,
+            run_at=checked_run_at,
+            max_attempts=resolved_max,
+            visibility_timeout_s=opts.visibility_timeout_s,
+            backoff_base_s=opts.backoff_base_s,
+            expires_in_s=opts.expires_in_s,
+        )
+        for payload in payloads
+    ]

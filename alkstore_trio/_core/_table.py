@@ -1,0 +1,297 @@
+"""The in-memory job table: live and dead rows plus the indexes that keep claims fast.
+
+Why indexes: a claim must find the best claimable rows of one queue among possibly
+hundreds of thousands. Scanning every row per claim is O(n); instead each queue keeps
+heaps, and a claim only touches the rows it hands out (plus stale entries it discards).
+
+- ``ready``: rows that are claimable by time alone, keyed by the claim order
+  (priority DESC, run_at ASC, id ASC): pending rows whose ``run_at`` has come, and
+  reclaimable rows with attempts left.
+- ``delayed``: pending rows whose ``run_at`` is still ahead, keyed by ``run_at``; a claim
+  first moves the ones that came due into ``ready``.
+- ``leases``: processing rows keyed by deadline; a claim moves the lapsed ones into
+  ``ready`` (or dead-letters them when their attempts are spent: the pre-claim sweep).
+- ``expiry``: live rows with an ``expires_at``, for the sweep; ``dead``: dead rows by
+  ``died_at``, for retention.
+
+Heaps are never searched or edited in place. Every change to a live row bumps the row's
+*generation*, and each heap entry carries the generation it was pushed with; an entry
+whose generation no longer matches is stale and is dropped when it surfaces. This keeps
+every operation O(log n) amortized.
+
+The indexes assume time does not run backwards. A manual clock may be set back, so every
+operation first reports its ``now``; if it is earlier than any ``now`` seen before, the
+time-dependent heaps are rebuilt from the rows (O(n), and only then).
+
+Everything here is pure and synchronous: rows change only through the functions of
+``_transitions``; ``now`` is always an argument.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+
+from . import _transitions as t
+from ._records import EnqueueSpec, Job, SweepResult
+
+
+class _QueueIndex:
+    __slots__ = ("dead", "delayed", "expiry", "leases", "ready")
+
+    def __init__(self) -> None:
+        self.ready: list[tuple[int, datetime, int, int]] = []
+        self.delayed: list[tuple[datetime, int, int]] = []
+        self.leases: list[tuple[datetime, int, int]] = []
+        self.expiry: list[tuple[datetime, int]] = []
+        self.dead: list[tuple[datetime, int]] = []
+
+
+class JobTable:
+    """Every row of one in-memory engine, with the contract's operations over it.
+
+    Every method that takes ``now`` is one atomic transition: it either completes or
+    raises before changing anything.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[int, Job] = {}
+        self._gen: dict[int, int] = {}
+        self._dead: dict[int, Job] = {}
+        self._queues: dict[str, _QueueIndex] = {}
+        self._next_id = 1
+        self._latest_now: datetime | None = None
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get(self, queue: str, job_id: int) -> Job | None:
+        """Q8: the row with this id in this queue, live or dead."""
+        job = self._live.get(job_id) or self._dead.get(job_id)
+        if job is None or job.queue != queue:
+            return None
+        return job
+
+    def jobs(self) -> Iterator[Job]:
+        """Every row, live and dead, in id order."""
+        rows = [*self._live.values(), *self._dead.values()]
+        return iter(sorted(rows, key=lambda job: job.id))
+
+    def __len__(self) -> int:
+        return len(self._live) + len(self._dead)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def reserve_ids(self, count: int) -> list[int]:
+        """Take ``count`` fresh ids (in increasing order) for rows inserted later."""
+        first = self._next_id
+        self._next_id += count
+        return list(range(first, first + count))
+
+    def insert(self, rows: Sequence[tuple[int, EnqueueSpec]], now: datetime) -> list[int]:
+        """Q2/Q10: insert new pending rows with reserved ids, all with one ``now``."""
+        self._observe(now)
+        jobs = [t.enqueued_job(spec, job_id, now) for job_id, spec in rows]
+        for job in jobs:
+            self._set_live(job, now)
+            if job.expires_at is not None:
+                heapq.heappush(self._index(job.queue).expiry, (job.expires_at, job.id))
+        return [job.id for job in jobs]
+
+    def enqueue(self, specs: Sequence[EnqueueSpec], now: datetime) -> list[int]:
+        """Q2: insert new rows with fresh ids."""
+        return self.insert(list(zip(self.reserve_ids(len(specs)), specs, strict=True)), now)
+
+    def claim(self, queue: str, worker_id: str, n: int, now: datetime) -> list[Job]:
+        """Q3: the pre-claim sweep, then up to ``n`` claims in the contract's order."""
+        if n <= 0:
+            return []
+        self._observe(now)
+        index = self._queues.get(queue)
+        if index is None:
+            return []
+        self._promote_due(index, now)
+        self._collect_lapsed(index, now)
+        out: list[Job] = []
+        ready = index.ready
+        while ready and len(out) < n:
+            _, _, job_id, gen = heapq.heappop(ready)
+            if self._gen.get(job_id) != gen:
+                continue
+            job = self._live[job_id]
+            if not t.is_claimable(job, now):
+                # Expired (left for the sweep); nothing else can surface here.
+                continue
+            job = t.claimed(job, worker_id, now)
+            self._set_live(job, now)
+            out.append(job)
+        return out
+
+    def heartbeat(
+        self, queue: str, job_id: int, token: int, extend_s: float | None, now: datetime
+    ) -> bool:
+        """Q4 heartbeat: an absolute reset of a valid claim's deadline."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        self._set_live(t.heartbeaten(job, now, extend_s), now)
+        return True
+
+    def ack(self, queue: str, job_id: int, token: int, now: datetime) -> bool:
+        """Q4 ack: delete a validly claimed row."""
+        if self._valid(queue, job_id, token, now) is None:
+            return False
+        self._drop_live(job_id)
+        return True
+
+    def retry(
+        self,
+        queue: str,
+        job_id: int,
+        token: int,
+        error: str | None,
+        delay_s: float | None,
+        now: datetime,
+    ) -> bool:
+        """Q4 retry: back to pending after ``delay_s``, or dead at budget."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        self._replace(t.retried(job, now, error, delay_s), now)
+        return True
+
+    def fail(self, queue: str, job_id: int, token: int, error: str | None, now: datetime) -> bool:
+        """Q4 fail: dead now."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        self._replace(t.failed(job, now, error), now)
+        return True
+
+    def ack_batch(self, queue: str, job_ids: Iterable[int], now: datetime) -> int:
+        """Q6: delete each distinct, ackable row of this queue; count them."""
+        self._observe(now)
+        count = 0
+        for job_id in dict.fromkeys(job_ids):
+            job = self._live.get(job_id)
+            if job is not None and job.queue == queue and t.is_ackable(job, now):
+                self._drop_live(job_id)
+                count += 1
+        return count
+
+    def cancel(self, queue: str, job_id: int) -> bool:
+        """Q7: delete this queue's live row, whatever its state."""
+        job = self._live.get(job_id)
+        if job is None or job.queue != queue:
+            return False
+        self._drop_live(job_id)
+        return True
+
+    def sweep_expired(self, queue: str, retention_s: float | None, now: datetime) -> SweepResult:
+        """Q9: dead-letter expired live rows, then purge dead rows past retention."""
+        self._observe(now)
+        index = self._queues.get(queue)
+        if index is None:
+            return SweepResult(0, 0)
+        expired = 0
+        while index.expiry and index.expiry[0][0] < now:
+            _, job_id = heapq.heappop(index.expiry)
+            job = self._live.get(job_id)
+            if job is not None:
+                self._replace(t.dead(job, now, t.EXPIRED), now)
+                expired += 1
+        purged = 0
+        if retention_s is not None:
+            retention = timedelta(seconds=retention_s)
+            while index.dead and index.dead[0][0] + retention < now:
+                _, job_id = heapq.heappop(index.dead)
+                if self._dead.pop(job_id, None) is not None:
+                    purged += 1
+        return SweepResult(expired, purged)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _index(self, queue: str) -> _QueueIndex:
+        index = self._queues.get(queue)
+        if index is None:
+            index = self._queues[queue] = _QueueIndex()
+        return index
+
+    def _valid(self, queue: str, job_id: int, token: int, now: datetime) -> Job | None:
+        self._observe(now)
+        job = self._live.get(job_id)
+        if job is None or job.queue != queue or not t.is_valid_claim(job, token, now):
+            return None
+        return job
+
+    def _set_live(self, job: Job, now: datetime) -> None:
+        """Store a live row under a new generation and index it by its state."""
+        gen = self._gen.get(job.id, 0) + 1
+        self._gen[job.id] = gen
+        self._live[job.id] = job
+        index = self._index(job.queue)
+        if job.state == "processing":
+            assert job.claim_expires_at is not None
+            heapq.heappush(index.leases, (job.claim_expires_at, job.id, gen))
+        elif job.run_at <= now:
+            heapq.heappush(index.ready, (-job.priority, job.run_at, job.id, gen))
+        else:
+            heapq.heappush(index.delayed, (job.run_at, job.id, gen))
+
+    def _drop_live(self, job_id: int) -> None:
+        del self._live[job_id]
+        del self._gen[job_id]
+
+    def _replace(self, job: Job, now: datetime) -> None:
+        """Store the result of a transition: live again, or moved to the dead store."""
+        if job.state == "dead":
+            self._drop_live(job.id)
+            self._dead[job.id] = job
+            assert job.died_at is not None
+            heapq.heappush(self._index(job.queue).dead, (job.died_at, job.id))
+        else:
+            self._set_live(job, now)
+
+    def _promote_due(self, index: _QueueIndex, now: datetime) -> None:
+        delayed = index.delayed
+        while delayed and delayed[0][0] <= now:
+            _, job_id, gen = heapq.heappop(delayed)
+            if self._gen.get(job_id) == gen:
+                job = self._live[job_id]
+                heapq.heappush(index.ready, (-job.priority, job.run_at, job_id, gen))
+
+    def _collect_lapsed(self, index: _QueueIndex, now: datetime) -> None:
+        """Lapsed leases: the pre-claim sweep (Q3 step 1) or back to ``ready``."""
+        leases = index.leases
+        while leases and leases[0][0] < now:
+            _, job_id, gen = heapq.heappop(leases)
+            if self._gen.get(job_id) != gen:
+                continue
+            job = self._live[job_id]
+            if t.needs_pre_claim_sweep(job, now):
+                self._replace(t.dead(job, now, t.MAX_ATTEMPTS_EXCEEDED), now)
+            else:
+                heapq.heappush(index.ready, (-job.priority, job.run_at, job_id, gen))
+
+    def _observe(self, now: datetime) -> None:
+        """Note ``now``; if time ran backwards, rebuild the time-dependent heaps."""
+        latest = self._latest_now
+        if latest is None or now >= latest:
+            self._latest_now = now
+            return
+        self._latest_now = now
+        for index in self._queues.values():
+            index.ready.clear()
+            index.delayed.clear()
+            index.leases.clear()
+        for job in self._live.values():
+            gen = self._gen[job.id]
+            index = self._queues[job.queue]
+            if job.state == "processing":
+                assert job.claim_expires_at is not None
+                index.leases.append((job.claim_expires_at, job.id, gen))
+            else:
+                index.delayed.append((job.run_at, job.id, gen))
+        for index in self._queues.values():
+            heapq.heapify(index.leases)
+            heapq.heapify(index.delayed)

@@ -1,0 +1,187 @@
+"""Every state transition of the contract (Q2-Q9) for one row, as a pure function of
+(row, now, inputs).
+
+Nothing here reads a clock, draws randomness on its own or does I/O: ``now`` and the
+random source are arguments. The in-memory engine applies these functions to its table;
+the PostgreSQL engine states the same rules in SQL, and the conformance suite checks both
+against an independent reference model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Final
+
+from ._records import EnqueueSpec, Job
+
+#: ``last_error`` of a row dead-lettered because its attempts ran out (Q3, Q4).
+MAX_ATTEMPTS_EXCEEDED: Final = "max attempts exceeded"
+#: ``last_error`` of a row failed without an error text (Q4).
+FAILED: Final = "failed"
+#: ``last_error`` of a row dead-lettered by the expiry sweep (Q9).
+EXPIRED: Final = "expired"
+#: Largest backoff delay, in seconds (Q5).
+BACKOFF_CAP_S: Final = 3600
+_BACKOFF_MAX_EXPONENT: Final = 30
+
+
+def backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
+    """Q5, equal jitter: the retry delay after claim number ``attempt`` (>= 1).
+
+    ``cap = min(base_s * 2**min(attempt - 1, 30), 3600)`` and the delay is
+    ``rng.randint(ceil(cap / 2), floor(cap))``: half the exponential curve is kept, half is
+    jitter, so retries of many jobs that failed together spread out instead of stampeding.
+    Exactly one ``randint`` call is made, so a seeded ``rng`` gives reproducible delays.
+    When the interval holds no integer (a cap below 1 second), the delay is its lower end.
+    """
+    exponent = min(max(attempt, 1) - 1, _BACKOFF_MAX_EXPONENT)
+    cap = min(base_s * 2**exponent, BACKOFF_CAP_S)
+    low = math.ceil(cap / 2)
+    high = max(low, math.floor(cap))
+    return rng.randint(low, high)
+
+
+def enqueued_job(spec: EnqueueSpec, job_id: int, now: datetime) -> Job:
+    """Q2: the new pending row for ``spec``, resolved with one clock read ``now``.
+
+    ``run_at`` is ``now + delay_s`` when a delay is given (it wins over ``run_at``; a
+    negative delay just makes the job ready now), else ``run_at`` as given, else ``now``.
+    ``expires_at`` is relative to the enqueue time.
+    """
+    if spec.delay_s is not None:
+        run_at = now + timedelta(seconds=spec.delay_s)
+    elif spec.run_at is not None:
+        run_at = spec.run_at
+    else:
+        run_at = now
+    expires_at = None if spec.expires_in_s is None else now + timedelta(seconds=spec.expires_in_s)
+    return Job(
+        id=job_id,
+        queue=spec.queue,
+        payload=spec.payload,
+        priority=spec.priority,
+        state="pending",
+        attempts=0,
+        max_attempts=spec.max_attempts,
+        run_at=run_at,
+        enqueued_at=now,
+        visibility_timeout_s=spec.visibility_timeout_s,
+        backoff_base_s=spec.backoff_base_s,
+        expires_at=expires_at,
+        claimed_by=None,
+        claimed_at=None,
+        claim_expires_at=None,
+        last_error=None,
+        died_at=None,
+    )
+
+
+def is_expired(job: Job, now: datetime) -> bool:
+    """``expires_at`` is set and has passed."""
+    return job.expires_at is not None and now > job.expires_at
+
+
+def is_reclaimable(job: Job, now: datetime) -> bool:
+    """A processing row whose deadline has passed (strictly: at the deadline the claim is
+    still valid)."""
+    return (
+        job.state == "processing" and job.claim_expires_at is not None and now > job.claim_expires_at
+    )
+
+
+def is_valid_claim(job: Job, token: int, now: datetime) -> bool:
+    """The validity predicate V: processing, the claim token matches, deadline not passed."""
+    return (
+        job.state == "processing"
+        and job.attempts == token
+        and job.claim_expires_at is not None
+        and now <= job.claim_expires_at
+    )
+
+
+def is_claimable(job: Job, now: datetime) -> bool:
+    """Q3 step 2: ready pending, or reclaimable with attempts left; never expired."""
+    if is_expired(job, now):
+        return False
+    if job.state == "pending":
+        return job.run_at <= now
+    return is_reclaimable(job, now) and job.attempts < job.max_attempts
+
+
+def needs_pre_claim_sweep(job: Job, now: datetime) -> bool:
+    """Q3 step 1: reclaimable with no attempts left; the next claim dead-letters it."""
+    return is_reclaimable(job, now) and job.attempts >= job.max_attempts
+
+
+def is_ackable(job: Job, now: datetime) -> bool:
+    """Q6: processing and not past its deadline (no token check)."""
+    return (
+        job.state == "processing" and job.claim_expires_at is not None and now <= job.claim_expires_at
+    )
+
+
+def claim_order_key(job: Job) -> tuple[int, datetime, int]:
+    """Q3's order as an ascending sort key: priority DESC, run_at ASC, id ASC."""
+    return (-job.priority, job.run_at, job.id)
+
+
+def claimed(job: Job, worker_id: str, now: datetime) -> Job:
+    """Q3 step 3: the row after a claim (a reclaim consumes an attempt too)."""
+    return replace(
+        job,
+        state="processing",
+        attempts=job.attempts + 1,
+        claimed_by=worker_id,
+        claimed_at=now,
+        claim_expires_at=now + timedelta(seconds=job.visibility_timeout_s),
+    )
+
+
+def heartbeaten(job: Job, now: datetime, extend_s: float | None) -> Job:
+    """Q4: an absolute reset of the deadline; ``claimed_at`` and ``attempts`` unchanged."""
+    extend = job.visibility_timeout_s if extend_s is None else extend_s
+    return replace(job, claim_expires_at=now + timedelta(seconds=extend))
+
+
+def dead(job: Job, now: datetime, error: str) -> Job:
+    """A dead-letter move: the row as the dead store keeps it. Claim fields are kept, so
+    an operator can see who held the job last."""
+    return replace(job, state="dead", last_error=error, died_at=now)
+
+
+def retried(job: Job, now: datetime, error: str | None, delay_s: float | None) -> Job:
+    """Q4 retry: dead at budget, else pending again after ``delay_s``.
+
+    The caller resolves the delay (an explicit one, or :func:`backoff_delay_s`) before the
+    transition, because the random draw belongs to the caller; at budget it is ignored.
+    """
+    if job.attempts >= job.max_attempts:
+        return dead(job, now, MAX_ATTEMPTS_EXCEEDED if error is None else error)
+    if delay_s is None:
+        raise ValueError("retried() below budget needs a resolved delay")
+    return replace(
+        job,
+        state="pending",
+        run_at=now + timedelta(seconds=delay_s),
+        last_error=error,
+        claimed_by=None,
+        claimed_at=None,
+        claim_expires_at=None,
+    )
+
+
+def failed(job: Job, now: datetime, error: str | None) -> Job:
+    """Q4 fail: dead now."""
+    return dead(job, now, FAILED if error is None else error)
+
+
+def is_purgeable(job: Job, now: datetime, retention_s: float | None) -> bool:
+    """Q9: a dead row whose retention ran out (``None`` keeps it forever)."""
+    return (
+        retention_s is not None
+        and job.died_at is not None
+        and job.died_at + timedelta(seconds=retention_s) < now
+    )

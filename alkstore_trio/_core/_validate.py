@@ -1,0 +1,239 @@
+"""Argument validation: every check the contract asks for, raising :class:`InvalidArgument`.
+
+Each function takes the parameter's *name* so the message can name it, returns the value
+in its canonical form, and has no side effect. Engines never see an unchecked value.
+Messages show values through :func:`_show`, which is short and never prints bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Final
+
+from .._errors import InvalidArgument
+
+#: Largest priority (32-bit signed).
+PRIORITY_MAX: Final = 2**31 - 1
+#: Smallest priority (32-bit signed).
+PRIORITY_MIN: Final = -(2**31)
+#: Largest ``max_attempts`` (the attempts counter is a 32-bit signed integer).
+MAX_ATTEMPTS_MAX: Final = 2**31 - 1
+#: Largest job id (a 64-bit signed integer).
+JOB_ID_MAX: Final = 2**63 - 1
+#: Largest magnitude of any duration in seconds: 100 years. Larger values would overflow
+#: timestamps on some engines; no job queue needs them.
+DURATION_MAX_S: Final = 100 * 365 * 24 * 3600.0
+#: Default largest payload, in bytes (1 MiB).
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+#: Largest worker id and largest error text, in characters.
+WORKER_ID_MAX_CHARS: Final = 200
+ERROR_MAX_CHARS: Final = 65536
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
+RESERVED_PREFIX: Final = "alk_"
+
+
+def _show(value: object) -> str:
+    """A short, safe rendering of an offending value for an error message."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{type(value).__name__} of {len(value)} bytes>"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return text
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_queue_name(name: object) -> str:
+    """Q1: 1-63 characters from ``[A-Za-z0-9_.:-]``, alphanumeric first, not ``alk_…``."""
+    if not isinstance(name, str) or _QUEUE_NAME.fullmatch(name) is None:
+        raise InvalidArgument(
+            f"queue name must be 1-63 characters from [A-Za-z0-9_.:-] starting with a "
+            f"letter or digit; got {_show(name)}"
+        )
+    if name.startswith(RESERVED_PREFIX):
+        raise InvalidArgument(
+            f"queue names starting with {RESERVED_PREFIX!r} are reserved for the library; "
+            f"got {_show(name)}"
+        )
+    return name
+
+
+def check_duration(
+    param: str,
+    value: object,
+    *,
+    min_s: float | None = None,
+    min_inclusive: bool = True,
+) -> float:
+    """A finite number of seconds (not a bool), optionally bounded below, at most 100 years
+    in magnitude. Returns it as a float."""
+    if not _is_number(value):
+        raise InvalidArgument(
+            f"{param} must be a number of seconds (int or float); got {_show(value)}"
+        )
+    seconds = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(seconds):
+        raise InvalidArgument(f"{param} must be a finite number of seconds; got {_show(value)}")
+    if min_s is not None:
+        too_small = seconds < min_s if min_inclusive else seconds <= min_s
+        if too_small:
+            bound = ">=" if min_inclusive else ">"
+            raise InvalidArgument(f"{param} must be {bound} {min_s:g} seconds; got {_show(value)}")
+    if abs(seconds) > DURATION_MAX_S:
+        raise InvalidArgument(
+            f"{param} must be at most {DURATION_MAX_S:g} seconds (100 years) in magnitude; "
+            f"got {_show(value)}"
+        )
+    return seconds
+
+
+def check_optional_duration(
+    param: str, value: object, *, min_s: float, min_inclusive: bool = True
+) -> float | None:
+    """Like :func:`check_duration`, but ``None`` passes through."""
+    if value is None:
+        return None
+    return check_duration(param, value, min_s=min_s, min_inclusive=min_inclusive)
+
+
+def check_int(param: str, value: object, *, lo: int, hi: int) -> int:
+    """An int (not a bool) in ``[lo, hi]``."""
+    if not _is_int(value):
+        raise InvalidArgument(f"{param} must be an int; got {_show(value)}")
+    number: int = value  # type: ignore[assignment]
+    if not lo <= number <= hi:
+        raise InvalidArgument(f"{param} must be between {lo} and {hi}; got {_show(value)}")
+    return number
+
+
+def check_priority(value: object) -> int:
+    """Q2: an int in the 32-bit signed range."""
+    return check_int("priority", value, lo=PRIORITY_MIN, hi=PRIORITY_MAX)
+
+
+def check_max_attempts(param: str, value: object) -> int:
+    """Q1/Q2: an int >= 1 (and at most 2**31 - 1)."""
+    return check_int(param, value, lo=1, hi=MAX_ATTEMPTS_MAX)
+
+
+def check_optional_max_attempts(value: object) -> int | None:
+    """The per-job ``max_attempts`` override: ``None`` or an int >= 1."""
+    if value is None:
+        return None
+    return check_max_attempts("max_attempts", value)
+
+
+def check_job_id(value: object) -> int:
+    """A job id: an int in the 64-bit signed range. Unknown ids are not errors."""
+    return check_int("job_id", value, lo=-JOB_ID_MAX - 1, hi=JOB_ID_MAX)
+
+
+def check_job_ids(values: object) -> list[int]:
+    """Q6: an iterable of job ids, de-duplicated, order kept."""
+    if isinstance(values, str | bytes | bytearray | memoryview) or not hasattr(
+        values, "__iter__"
+    ):
+        raise InvalidArgument(f"ids must be an iterable of job ids (ints); got {_show(values)}")
+    ids = [check_job_id(v) for v in values]  # type: ignore[attr-defined]
+    return list(dict.fromkeys(ids))
+
+
+def check_aware_datetime(param: str, value: object) -> datetime:
+    """A timezone-aware datetime (naive datetimes are ambiguous and rejected)."""
+    if not isinstance(value, datetime):
+        raise InvalidArgument(f"{param} must be a timezone-aware datetime; got {_show(value)}")
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise InvalidArgument(
+            f"{param} must be timezone-aware (e.g. datetime.now(timezone.utc)); "
+            f"got the naive {_show(value)}"
+        )
+    return value
+
+
+def check_optional_run_at(value: object) -> datetime | None:
+    """Q2: ``None`` or a timezone-aware datetime."""
+    if value is None:
+        return None
+    return check_aware_datetime("run_at", value)
+
+
+def check_payload(value: object, max_bytes: int) -> bytes:
+    """Q2: bytes, bytearray or memoryview, at most ``max_bytes`` long. Returns bytes.
+
+    The message never shows the payload, only its type and size.
+    """
+    if isinstance(value, bytes):
+        payload = value
+    elif isinstance(value, bytearray | memoryview):
+        payload = bytes(value)
+    else:
+        raise InvalidArgument(
+            f"payload must be bytes, bytearray or memoryview (encode it yourself, e.g. "
+            f"json.dumps(obj).encode()); got a {type(value).__name__}"
+        )
+    if len(payload) > max_bytes:
+        raise InvalidArgument(
+            f"payload must be at most {max_bytes} bytes (max_payload_bytes); "
+            f"got {len(payload)} bytes"
+        )
+    return payload
+
+
+def check_text(param: str, value: object, *, max_chars: int) -> str:
+    """A non-empty str every engine can store: no NUL, no lone surrogate."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{param} must be a non-empty str; got {_show(value)}")
+    return _check_storable(param, value, max_chars=max_chars)
+
+
+def _check_storable(param: str, value: str, *, max_chars: int) -> str:
+    if len(value) > max_chars:
+        raise InvalidArgument(
+            f"{param} must be at most {max_chars} characters; got {len(value)} characters"
+        )
+    if "\x00" in value:
+        raise InvalidArgument(f"{param} must not contain NUL characters; got {_show(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"{param} must be valid Unicode text (no lone surrogates); got {_show(value)}"
+        ) from None
+    return value
+
+
+def check_worker_id(value: object) -> str:
+    """Q3: a non-empty str (stored as ``claimed_by``)."""
+    return check_text("worker_id", value, max_chars=WORKER_ID_MAX_CHARS)
+
+
+def check_error_text(value: object) -> str | None:
+    """Q4: the ``error`` of retry/fail: ``None`` or a str (empty allowed) every engine can
+    store."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"error must be a str or None; got {_show(value)}")
+    return _check_storable("error", value, max_chars=ERROR_MAX_CHARS)
+
+
+def check_batch_size(value: object) -> int:
+    """Q3: ``n`` must be an int; any int is accepted (``n <= 0`` claims nothing)."""
+    if not _is_int(value):
+        raise InvalidArgument(f"n must be an int; got {_show(value)}")
+    return value  # type: ignore[return-value]
+
+
+def seconds(value: float) -> timedelta:
+    """A validated duration as a timedelta (microsecond resolution)."""
+    return timedelta(seconds=value)

@@ -1,0 +1,87 @@
+"""The backend protocol: what an engine must provide to the public ``Store`` facade.
+
+Arguments arrive validated and canonical (see ``alkstore_trio._core._validate``); an
+engine only reads its clock, applies the contract's transitions atomically and reports
+refusals as ``False``. Driver exceptions become :class:`~alkstore_trio.EngineError` at this
+boundary; a call after :meth:`Backend.aclose` raises :class:`~alkstore_trio.StoreClosed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from .._core import EnqueueSpec, Job, SweepResult
+from ._wake import WakeListener
+
+
+class TransactionBackend(Protocol):
+    """One open engine transaction (Q10)."""
+
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+        """Write rows that become visible, and wake their queues, only at commit."""
+        ...
+
+
+class Backend(Protocol):
+    """One engine instance behind one store."""
+
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+        """Q2: insert all rows atomically with one clock read; wake their queues."""
+        ...
+
+    async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
+        """Q3: pre-claim sweep and up to ``n`` claims (``n >= 1``), atomically."""
+        ...
+
+    async def heartbeat(
+        self, queue: str, job_id: int, token: int, extend_s: float | None
+    ) -> bool:
+        """Q4 heartbeat under the validity predicate."""
+        ...
+
+    async def ack(self, queue: str, job_id: int, token: int) -> bool:
+        """Q4 ack under the validity predicate."""
+        ...
+
+    async def retry(
+        self, queue: str, job_id: int, token: int, error: str | None, delay_s: float | None
+    ) -> bool:
+        """Q4 retry under the validity predicate; ``delay_s`` is resolved by the caller
+        (``None`` only when the claim was the last allowed one)."""
+        ...
+
+    async def fail(self, queue: str, job_id: int, token: int, error: str | None) -> bool:
+        """Q4 fail under the validity predicate."""
+        ...
+
+    async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
+        """Q6: distinct ids; count of rows deleted."""
+        ...
+
+    async def cancel(self, queue: str, job_id: int) -> bool:
+        """Q7."""
+        ...
+
+    async def get_job(self, queue: str, job_id: int) -> Job | None:
+        """Q8."""
+        ...
+
+    async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
+        """Q9, atomically."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[TransactionBackend]:
+        """Q10: commit on a clean exit, roll back on any exception."""
+        ...
+
+    def open_wake_listener(
+        self, queues: frozenset[str]
+    ) -> AbstractAsyncContextManager[WakeListener]:
+        """A subscription to these queues' wakes, from the moment it is entered."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the engine; every later call raises ``StoreClosed``. Idempotent."""
+        ...

@@ -1,0 +1,126 @@
+"""Wakes: how a claim loop blocks until work may be there, instead of polling.
+
+A wake says "this queue may have new work"; it carries nothing else and may be lost (the
+row is the truth, so a claim loop keeps a re-poll timer as a safety net). An engine
+publishes wakes into a :class:`WakeHub`; a claim loop subscribes with a
+:class:`WakeListener`, which *latches*: a wake that arrives while the loop is busy
+claiming is kept until the next :meth:`WakeListener.wait`, so no wake falls between
+"claimed nothing" and "started waiting".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import final
+
+import trio
+
+from .._core import _validate as v
+from .._errors import StoreClosed
+
+
+@final
+class WakeListener:
+    """A subscription to the wakes of some queues, made by
+    :meth:`Store.open_wake_listener`. Not constructed directly.
+
+    Wakes arriving between two calls of :meth:`wait` are collected, so the usual loop
+    (claim until nothing is left, then wait) never misses one.
+    """
+
+    def __init__(self, queues: frozenset[str]) -> None:
+        self._queues = queues
+        self._pending: set[str] = set()
+        self._event = trio.Event()
+        self._closed = False
+
+    @property
+    def queues(self) -> frozenset[str]:
+        """The queue names this listener is subscribed to."""
+        return self._queues
+
+    async def wait(self, timeout_s: float | None = None) -> frozenset[str]:
+        """Wait until at least one subscribed queue was woken, or ``timeout_s`` passed.
+
+        Args:
+            timeout_s: Seconds to wait at most (>= 0), or ``None`` to wait indefinitely.
+
+        Returns:
+            The names of the queues woken since the previous call (possibly woken before
+            this call began), or an empty set when the timeout passed first.
+
+        Raises:
+            StoreClosed: the store was closed (also while waiting).
+            InvalidArgument: ``timeout_s`` is not a finite number >= 0 or ``None``.
+        """
+        timeout = math.inf if timeout_s is None else v.check_duration("timeout_s", timeout_s, min_s=0)
+        if self._closed:
+            raise StoreClosed("the store of this wake listener is closed")
+        if self._pending:
+            await trio.lowlevel.checkpoint()
+        else:
+            with trio.move_on_after(timeout):
+                await self._event.wait()
+        if self._closed:
+            raise StoreClosed("the store of this wake listener is closed")
+        woken = frozenset(self._pending)
+        self._pending.clear()
+        self._event = trio.Event()
+        return woken
+
+    def _deliver(self, queue: str) -> None:
+        self._pending.add(queue)
+        self._event.set()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._event.set()
+
+
+class WakeHub:
+    """The fan-out from an engine's wake source to its listeners (sync, never blocks)."""
+
+    def __init__(self) -> None:
+        self._by_queue: dict[str, set[WakeListener]] = {}
+        self._closed = False
+
+    def subscribed_queues(self) -> frozenset[str]:
+        """Every queue some listener is subscribed to."""
+        return frozenset(self._by_queue)
+
+    def publish(self, queues: Iterable[str]) -> None:
+        """Wake every listener of each of these queues."""
+        for queue in queues:
+            for listener in self._by_queue.get(queue, ()):
+                listener._deliver(queue)
+
+    def publish_all(self) -> None:
+        """Wake every listener on every queue (e.g. after wakes may have been lost)."""
+        self.publish(list(self._by_queue))
+
+    def close(self) -> None:
+        """Close every listener; waiting ones raise ``StoreClosed``."""
+        self._closed = True
+        for listeners in self._by_queue.values():
+            for listener in listeners:
+                listener._close()
+
+    @asynccontextmanager
+    async def open_listener(self, queues: frozenset[str]) -> AsyncIterator[WakeListener]:
+        """Subscribe for the duration of the ``async with`` block."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        listener = WakeListener(queues)
+        for queue in queues:
+            self._by_queue.setdefault(queue, set()).add(listener)
+        try:
+            yield listener
+        finally:
+            for queue in queues:
+                listeners = self._by_queue.get(queue)
+                if listeners is not None:
+                    listeners.discard(listener)
+                    if not listeners:
+                        del self._by_queue[queue]

@@ -1,0 +1,63 @@
+"""The error hierarchy (contract rule Q12).
+
+Every error the library raises on purpose is an :class:`AlkstoreError`. Expected races
+(a lapsed lease, a job that was reclaimed or cancelled) are *return values* (``False``),
+never exceptions; the classes below are for misuse, a closed store, schema trouble and
+engine failure.
+"""
+
+from __future__ import annotations
+
+
+class AlkstoreError(Exception):
+    """The root of every error alkstore_trio raises on purpose.
+
+    Catch this to handle any library error; catch a subclass to handle one cause.
+    """
+
+
+class InvalidArgument(AlkstoreError, ValueError):
+    """Raised by any operation when an argument is malformed or out of range.
+
+    It is raised before the operation has any effect (no row written, no I/O done), so
+    the call can be corrected and repeated. It is also a :class:`ValueError`, the builtin
+    a caller would expect. The message names the parameter, the offending value (never a
+    payload) and what would be accepted instead.
+    """
+
+
+class StoreClosed(AlkstoreError):
+    """Raised by every operation on a store that was closed, or on its queues, job
+    handles, transactions and wake listeners.
+
+    Unlike :class:`HandleConsumed` (a one-shot handle used twice), this says the whole
+    store is gone: open a new one.
+    """
+
+
+class HandleConsumed(AlkstoreError):
+    """Raised when a one-shot handle is used again.
+
+    A job handle is consumed once ``ack``, ``retry`` or ``fail`` returned (``True`` or
+    ``False``); a transaction is consumed once its ``async with`` block ended. This is a
+    usage error in the calling code, unlike a refusal (``False``), which is an expected
+    race with another worker or with time.
+    """
+
+
+class SchemaError(AlkstoreError):
+    """Raised when opening a store whose database schema is missing, older or newer than
+    this version of the library.
+
+    The message says which, and the command that fixes it.
+    """
+
+
+class EngineError(AlkstoreError):
+    """Raised when the engine itself failed (a database or driver error, a broken engine
+    actor).
+
+    The underlying exception is attached as ``__cause__``. Unlike :class:`InvalidArgument`,
+    the operation may or may not have taken effect; every operation is safe to repeat,
+    because job handle operations are fenced by the claim token.
+    """

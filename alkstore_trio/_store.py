@@ -1,0 +1,487 @@
+"""The public face of every engine: :class:`Store`, :class:`Queue`, :class:`JobHandle`
+and :class:`Transaction`.
+
+These classes hold everything that must be identical on every engine: argument
+validation (so bad input fails the same way, before any I/O), the closed-store check
+(Q11), the one-shot rule of job handles (Q4) and the backoff draw (Q5). They then call
+the engine through the :class:`~alkstore_trio._engines._protocol.Backend` protocol.
+None of them is constructed by users: :func:`alkstore_trio.open_store` makes the store,
+and the store makes the rest.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
+from typing import final
+
+import trio
+
+from ._core import DEFAULT_OPTS, Job, QueueOpts, SweepResult, backoff_delay_s, enqueue_specs
+from ._core import _validate as v
+from ._engines._protocol import Backend, TransactionBackend
+from ._engines._wake import WakeListener
+from ._errors import HandleConsumed, InvalidArgument, StoreClosed
+
+
+@final
+class Store:
+    """An open job store on one engine. Made by :func:`alkstore_trio.open_store`.
+
+    A store hands out :class:`Queue` handles (no I/O), opens transactions and wake
+    listeners, and is closed by leaving its ``async with`` block or by :meth:`aclose`.
+    After that, every operation on it and on everything it made raises
+    :class:`StoreClosed`.
+    """
+
+    def __init__(self, backend: Backend, *, rng: random.Random, max_payload_bytes: int) -> None:
+        self._backend = backend
+        self._rng = rng
+        self._max_payload_bytes = max_payload_bytes
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the store was closed."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed; open a new one with open_store()")
+
+    def queue(self, name: str, opts: QueueOpts | None = None) -> Queue:
+        """A handle on the queue ``name`` (Q1). Queues are names: this does no I/O.
+
+        Args:
+            name: 1-63 characters from ``[A-Za-z0-9_.:-]``, starting with a letter or
+                digit; names starting with ``alk_`` are reserved.
+            opts: The stamps written onto every row this handle enqueues, and the
+                retention its sweeps apply. Defaults to ``QueueOpts()``.
+
+        Raises:
+            InvalidArgument: the name or the options are invalid.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        checked = v.check_queue_name(name)
+        if opts is None:
+            opts = DEFAULT_OPTS
+        elif not isinstance(opts, QueueOpts):
+            raise InvalidArgument(f"opts must be a QueueOpts or None; got {type(opts).__name__}")
+        return Queue(self, checked, opts)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """An atomic unit of enqueues (Q10).
+
+        Rows enqueued through the transaction become visible, and wake their queues, only
+        when the block exits cleanly; an exception (including cancellation) rolls them
+        all back. On PostgreSQL it is a real database transaction, in which your own
+        statements can run too.
+
+        Raises:
+            StoreClosed: the store is closed (also when it closes before the commit).
+        """
+        self._check_open()
+        async with self._backend.transaction() as tx_backend:
+            tx = Transaction(self, tx_backend)
+            try:
+                yield tx
+            finally:
+                tx._finished = True
+            self._check_open()
+
+    def open_wake_listener(
+        self, queues: Iterable[str | Queue]
+    ) -> AbstractAsyncContextManager[WakeListener]:
+        """Subscribe to the wakes of some queues, for the duration of an ``async with``.
+
+        A wake is sent after every committed enqueue into a queue. Listeners latch wakes,
+        so a claim loop that claims until nothing is left and then waits never misses
+        one. Wakes are best effort: keep a re-poll timeout as a safety net.
+
+        Args:
+            queues: Queue names or handles of this store (at least one).
+
+        Raises:
+            InvalidArgument: a name is invalid or no queue was given.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        names = frozenset(self._queue_name(q) for q in queues)
+        if not names:
+            raise InvalidArgument("queues must name at least one queue; got none")
+        return self._backend.open_wake_listener(names)
+
+    async def aclose(self) -> None:
+        """Close the store. Closing twice is harmless."""
+        self._closed = True
+        await self._backend.aclose()
+
+    def _queue_name(self, queue: object) -> str:
+        if isinstance(queue, Queue):
+            if queue._store is not self:
+                raise InvalidArgument(f"queue handle {queue.name!r} belongs to another store")
+            return queue.name
+        return v.check_queue_name(queue)
+
+    def _specs(
+        self,
+        queue: str,
+        opts: QueueOpts,
+        payloads: Sequence[object],
+        priority: object,
+        delay_s: object,
+        run_at: object,
+        max_attempts: object,
+    ) -> list:  # type: ignore[type-arg]
+        return enqueue_specs(
+            queue,
+            opts,
+            payloads,
+            max_payload_bytes=self._max_payload_bytes,
+            priority=priority,
+            delay_s=delay_s,
+            run_at=run_at,
+            max_attempts=max_attempts,
+        )
+
+
+@final
+class Queue:
+    """A handle on one queue of a store (Q1), made by :meth:`Store.queue`.
+
+    It carries its :class:`QueueOpts`; every row it enqueues is stamped with them.
+    """
+
+    def __init__(self, store: Store, name: str, opts: QueueOpts) -> None:
+        self._store = store
+        self._backend = store._backend
+        self._name = name
+        self._opts = opts
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return self._name
+
+    @property
+    def opts(self) -> QueueOpts:
+        """The options this handle stamps onto the rows it enqueues."""
+        return self._opts
+
+    def __repr__(self) -> str:
+        return f"<Queue {self._name!r} {self._opts!r}>"
+
+    async def enqueue(
+        self,
+        payload: bytes | bytearray | memoryview,
+        *,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Enqueue one job (Q2) and wake the queue.
+
+        Args:
+            payload: The job's bytes, stored and returned exactly (at most the store's
+                ``max_payload_bytes``; default 1 MiB).
+            priority: A 32-bit signed int; larger runs first.
+            delay_s: Run no earlier than ``delay_s`` seconds from now (wins over
+                ``run_at``; a negative delay means now).
+            run_at: Run no earlier than this timezone-aware datetime.
+            max_attempts: Override the handle's ``max_attempts`` for this job (>= 1).
+
+        Returns:
+            The new job's id (ids increase in enqueue order).
+
+        Raises:
+            InvalidArgument: an argument is invalid; nothing was enqueued.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        specs = self._store._specs(
+            self._name, self._opts, [payload], priority, delay_s, run_at, max_attempts
+        )
+        (job_id,) = await self._backend.enqueue(specs)
+        return job_id
+
+    async def enqueue_many(
+        self,
+        payloads: Iterable[bytes | bytearray | memoryview],
+        *,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> list[int]:
+        """Enqueue many jobs atomically (all or none) with one clock read and one wake.
+
+        Takes the same options as :meth:`enqueue`, applied to every job.
+
+        Returns:
+            The new ids, in the order of ``payloads`` (empty for no payloads).
+
+        Raises:
+            InvalidArgument: an argument or any payload is invalid; nothing was enqueued.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        if isinstance(payloads, bytes | bytearray | memoryview | str):
+            raise InvalidArgument(
+                "payloads must be an iterable of payloads (e.g. a list of bytes), not a "
+                f"single {type(payloads).__name__}"
+            )
+        try:
+            items = list(payloads)
+        except TypeError:
+            raise InvalidArgument(
+                f"payloads must be an iterable of bytes; got a {type(payloads).__name__}"
+            ) from None
+        specs = self._store._specs(
+            self._name, self._opts, items, priority, delay_s, run_at, max_attempts
+        )
+        if not specs:
+            await trio.lowlevel.checkpoint()
+            return []
+        return await self._backend.enqueue(specs)
+
+    async def claim_one(self, worker_id: str) -> JobHandle | None:
+        """Claim the best claimable job, if any (Q3).
+
+        Returns:
+            A handle on the claimed job, or ``None`` when nothing is claimable.
+
+        Raises:
+            InvalidArgument: ``worker_id`` is not a non-empty str.
+            StoreClosed: the store is closed.
+        """
+        handles = await self.claim_batch(worker_id, 1)
+        return handles[0] if handles else None
+
+    async def claim_batch(self, worker_id: str, n: int) -> list[JobHandle]:
+        """Claim up to ``n`` jobs in one atomic step (Q3).
+
+        First every lapsed claim of this queue with no attempts left is dead-lettered
+        (``"max attempts exceeded"``); then up to ``n`` rows are claimed, best first
+        (priority DESC, run_at ASC, id ASC): ready pending rows, and lapsed claims with
+        attempts left (a reclaim consumes an attempt). Expired rows are never claimed.
+
+        Args:
+            worker_id: Who claims (stored as ``claimed_by``); a non-empty str.
+            n: How many at most; ``n <= 0`` claims nothing and returns ``[]``.
+
+        Raises:
+            InvalidArgument: ``worker_id`` or ``n`` is invalid.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        checked_worker = v.check_worker_id(worker_id)
+        count = v.check_batch_size(n)
+        if count <= 0:
+            await trio.lowlevel.checkpoint()
+            return []
+        jobs = await self._backend.claim(self._name, checked_worker, count)
+        return [JobHandle(self, job) for job in jobs]
+
+    async def ack_batch(self, ids: Iterable[int]) -> int:
+        """Delete every listed job of this queue that is processing within its deadline
+        (Q6), whoever claimed it.
+
+        Returns:
+            How many rows were deleted; ids that are lapsed, pending, dead, unknown or of
+            another queue are silently not counted.
+
+        Raises:
+            InvalidArgument: ``ids`` is not an iterable of ints.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        checked = v.check_job_ids(ids)
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return 0
+        return await self._backend.ack_batch(self._name, checked)
+
+    async def cancel(self, job_id: int) -> bool:
+        """Delete this queue's live job, pending or processing (Q7).
+
+        Not an interrupt: a worker holding the job keeps running, and its later
+        operations on the job return ``False``.
+
+        Returns:
+            ``False`` when there is no live row (dead rows are not touched).
+        """
+        self._store._check_open()
+        checked = v.check_job_id(job_id)
+        return await self._backend.cancel(self._name, checked)
+
+    async def get_job(self, job_id: int) -> Job | None:
+        """Read this queue's job, live or dead (Q8); ``None`` if there is none."""
+        self._store._check_open()
+        checked = v.check_job_id(job_id)
+        return await self._backend.get_job(self._name, checked)
+
+    async def sweep_expired(self) -> SweepResult:
+        """Dead-letter this queue's expired live jobs (``"expired"``), then delete its dead
+        jobs older than this handle's ``dead_letter_retention_s`` (Q9). Atomic.
+
+        Returns:
+            How many rows expired and how many dead rows were purged.
+        """
+        self._store._check_open()
+        return await self._backend.sweep_expired(self._name, self._opts.dead_letter_retention_s)
+
+
+@final
+class JobHandle:
+    """A claim on one job, made by :meth:`Queue.claim_batch` (Q4).
+
+    Every operation is fenced by the claim token (the job's ``attempts`` at claim time)
+    and the deadline: once the claim lapsed, or the job was reclaimed, cancelled or
+    finished, operations return ``False`` and change nothing. ``ack``, ``retry`` and
+    ``fail`` are one-shot; ``heartbeat`` is repeatable.
+    """
+
+    def __init__(self, queue: Queue, job: Job) -> None:
+        self._queue = queue
+        self._job = job
+        self._consumed = False
+
+    @property
+    def job(self) -> Job:
+        """The job as it was right after the claim (``attempts`` is the claim token)."""
+        return self._job
+
+    @property
+    def id(self) -> int:
+        """The job's id."""
+        return self._job.id
+
+    def __repr__(self) -> str:
+        return f"<JobHandle id={self._job.id} queue={self._job.queue!r} attempt={self._job.attempts}>"
+
+    def _check_usable(self) -> None:
+        self._queue._store._check_open()
+        if self._consumed:
+            raise HandleConsumed(
+                f"job handle {self._job.id} was already used for ack, retry or fail"
+            )
+
+    async def heartbeat(self, extend_s: float | None = None) -> bool:
+        """Renew the claim: the deadline becomes now + ``extend_s`` (an absolute reset).
+
+        Args:
+            extend_s: Seconds (> 0); defaults to the row's ``visibility_timeout_s``.
+
+        Returns:
+            ``True`` if renewed; ``False`` if the claim was no longer valid (lapsed,
+            reclaimed, cancelled), in which case the work should stop.
+        """
+        self._check_usable()
+        extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
+        job = self._job
+        return await self._queue._backend.heartbeat(job.queue, job.id, job.attempts, extend)
+
+    async def ack(self) -> bool:
+        """Finish the job: delete its row. One-shot.
+
+        Returns:
+            ``True`` if deleted; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        job = self._job
+        return await self._consume(self._queue._backend.ack(job.queue, job.id, job.attempts))
+
+    async def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
+        """Give the job back to run again later, or dead-letter it at its budget. One-shot.
+
+        If this claim was the job's last allowed attempt, the row moves to dead with
+        ``last_error = error`` (or ``"max attempts exceeded"``). Otherwise it is pending
+        again after ``delay_s`` seconds (``0`` = at once), or after the backoff curve's
+        delay when ``delay_s`` is ``None``.
+
+        Returns:
+            ``True`` if applied; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        checked_error = v.check_error_text(error)
+        delay = v.check_optional_duration("delay_s", delay_s, min_s=0)
+        job = self._job
+        if delay is None and job.attempts < job.max_attempts:
+            delay = float(backoff_delay_s(job.backoff_base_s, job.attempts, self._queue._store._rng))
+        return await self._consume(
+            self._queue._backend.retry(job.queue, job.id, job.attempts, checked_error, delay)
+        )
+
+    async def fail(self, error: str | None = None) -> bool:
+        """Dead-letter the job now, with ``last_error = error`` (or ``"failed"``). One-shot.
+
+        Returns:
+            ``True`` if applied; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        checked_error = v.check_error_text(error)
+        job = self._job
+        return await self._consume(
+            self._queue._backend.fail(job.queue, job.id, job.attempts, checked_error)
+        )
+
+    async def _consume(self, operation: object) -> bool:
+        """Run a one-shot operation. The handle is consumed while it runs and after it
+        returned; if it raised (engine failure, cancellation), the handle stays usable,
+        so the operation can be repeated (the claim token makes that safe)."""
+        self._consumed = True
+        try:
+            result: bool = await operation  # type: ignore[misc]
+        except BaseException:
+            self._consumed = False
+            raise
+        return result
+
+
+@final
+class Transaction:
+    """An open transaction of a store (Q10), made by :meth:`Store.transaction`."""
+
+    def __init__(self, store: Store, backend: TransactionBackend) -> None:
+        self._store = store
+        self._backend = backend
+        self._finished = False
+
+    async def enqueue(
+        self,
+        queue: Queue | str,
+        payload: bytes | bytearray | memoryview,
+        *,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Enqueue one job inside the transaction; visible (and woken) only at commit.
+
+        Args:
+            queue: A queue handle of this store (its opts are stamped) or a queue name
+                (the default stamps 300 / 3 / 5 / None are used).
+            payload: As :meth:`Queue.enqueue`; so are the keyword options.
+
+        Returns:
+            The new job's id (if the transaction rolls back, the id is never used).
+
+        Raises:
+            InvalidArgument: an argument is invalid; nothing was buffered.
+            HandleConsumed: the transaction already ended.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        if self._finished:
+            raise HandleConsumed("this transaction already ended; open a new one")
+        name = self._store._queue_name(queue)
+        opts = queue.opts if isinstance(queue, Queue) else DEFAULT_OPTS
+        specs = self._store._specs(name, opts, [payload], priority, delay_s, run_at, max_attempts)
+        (job_id,) = await self._backend.enqueue(specs)
+        return job_id

@@ -1,0 +1,49 @@
+"""A clock that only moves when told to."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from .._core import _validate as v
+
+#: Where a :class:`ManualClock` starts when no start is given.
+DEFAULT_START = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class ManualClock:
+    """A clock for tests: ``now()`` changes only through :meth:`advance` and :meth:`set`.
+
+    Pass it to ``open_store("memory://", clock=clock)`` to drive leases, delays, expiry
+    and retention without sleeping.
+
+    Args:
+        start: The initial time, timezone-aware (default 2000-01-01T00:00:00Z, so runs
+            are reproducible).
+
+    Raises:
+        InvalidArgument: ``start`` is naive or not a datetime.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = DEFAULT_START if start is None else self._utc("start", start)
+
+    @staticmethod
+    def _utc(param: str, value: object) -> datetime:
+        return v.check_aware_datetime(param, value).astimezone(UTC)
+
+    def now(self) -> datetime:
+        """The current manual time (timezone-aware UTC)."""
+        return self._now
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock forward by ``seconds`` (a finite number >= 0); returns the new
+        time."""
+        self._now += timedelta(seconds=v.check_duration("seconds", seconds, min_s=0))
+        return self._now
+
+    def set(self, when: datetime) -> None:
+        """Jump to ``when`` (timezone-aware), forwards or backwards."""
+        self._now = self._utc("when", when)
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self._now.isoformat()})"

@@ -1,0 +1,38 @@
+# The front door. `just` lists the recipes.
+
+set shell := ["bash", "-eu", "-o", "pipefail", "-c"]
+
+default:
+    @just --list
+
+# Install the package with its dev tools (into the active Python environment).
+install:
+    pip install -e '.[dev]'
+
+# Run the demo on the embedded in-memory engine.
+demo *ARGS:
+    alkstore-trio demo {{ARGS}}
+
+# Run the default test suite (what CI runs).
+test *ARGS:
+    pytest {{ARGS}}
+
+# Format check, lint, types, import layers.
+check:
+    ruff format --check .
+    ruff check .
+    mypy
+    lint-imports
+
+# Apply the formatter and the safe lint fixes.
+fmt:
+    ruff format .
+    ruff check --fix .
+
+# Benchmarks (never part of the default test run).
+bench *ARGS:
+    pytest tests/benchmarks -m bench -p no:randomly -s {{ARGS}}
+
+# Long soaks and slow tests.
+slow *ARGS:
+    pytest -m slow {{ARGS}}
