@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ._core import _validate as v
 from ._engines._memory import Clock, open_memory_backend
 from ._errors import InvalidArgument
 from ._store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class WallClock:
@@ -63,7 +66,8 @@ async def open_store(
         raise InvalidArgument(f"rng must be a random.Random or None; got {type(rng).__name__}")
     if clock is not None and not callable(getattr(clock, "now", None)):
         raise InvalidArgument(
-            f"clock must have a now() method returning an aware datetime; got {type(clock).__name__}"
+            "clock must have a now() method returning an aware datetime; "
+            f"got {type(clock).__name__}"
         )
     max_bytes = v.check_int("max_payload_bytes", max_payload_bytes, lo=0, hi=2**30)
     scheme = url.partition("://")[0].lower() if "://" in url else ""
@@ -76,6 +80,5 @@ async def open_store(
                 store._closed = True
         return
     raise InvalidArgument(
-        f"url must start with 'memory://' (the only engine in this version); "
-        f"got {_redacted(url)}"
+        f"url must start with 'memory://' (the only engine in this version); got {_redacted(url)}"
     )

@@ -11,19 +11,30 @@ and the store makes the rest.
 
 from __future__ import annotations
 
-import random
-from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
 
-from ._core import DEFAULT_OPTS, Job, QueueOpts, SweepResult, backoff_delay_s, enqueue_specs
+from ._core import (
+    DEFAULT_OPTS,
+    EnqueueSpec,
+    Job,
+    QueueOpts,
+    SweepResult,
+    backoff_delay_s,
+    enqueue_specs,
+)
 from ._core import _validate as v
-from ._engines._protocol import Backend, TransactionBackend
-from ._engines._wake import WakeListener
 from ._errors import HandleConsumed, InvalidArgument, StoreClosed
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import AsyncIterator, Iterable, Sequence
+    from datetime import datetime
+
+    from ._engines._protocol import Backend, TransactionBackend
+    from ._engines._wake import WakeListener
 
 
 @final
@@ -136,7 +147,7 @@ class Store:
         delay_s: object,
         run_at: object,
         max_attempts: object,
-    ) -> list:  # type: ignore[type-arg]
+    ) -> list[EnqueueSpec]:
         return enqueue_specs(
             queue,
             opts,
@@ -362,7 +373,9 @@ class JobHandle:
         return self._job.id
 
     def __repr__(self) -> str:
-        return f"<JobHandle id={self._job.id} queue={self._job.queue!r} attempt={self._job.attempts}>"
+        return (
+            f"<JobHandle id={self._job.id} queue={self._job.queue!r} attempt={self._job.attempts}>"
+        )
 
     def _check_usable(self) -> None:
         self._queue._store._check_open()
@@ -412,7 +425,9 @@ class JobHandle:
         delay = v.check_optional_duration("delay_s", delay_s, min_s=0)
         job = self._job
         if delay is None and job.attempts < job.max_attempts:
-            delay = float(backoff_delay_s(job.backoff_base_s, job.attempts, self._queue._store._rng))
+            delay = float(
+                backoff_delay_s(job.backoff_base_s, job.attempts, self._queue._store._rng)
+            )
         return await self._consume(
             self._queue._backend.retry(job.queue, job.id, job.attempts, checked_error, delay)
         )

@@ -3,12 +3,14 @@ sweep results (Q9). All frozen; all pure data."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 from . import _validate as v
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
 
 JobState: TypeAlias = Literal["pending", "processing", "dead"]
 

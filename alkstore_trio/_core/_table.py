@@ -30,11 +30,14 @@ Everything here is pure and synchronous: rows change only through the functions 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from . import _transitions as t
 from ._records import EnqueueSpec, Job, SweepResult
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
 
 
 class _QueueIndex:

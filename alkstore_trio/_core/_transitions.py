@@ -10,12 +10,14 @@ against an independent reference model.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._records import EnqueueSpec, Job
+
+if TYPE_CHECKING:
+    import random
 
 #: ``last_error`` of a row dead-lettered because its attempts ran out (Q3, Q4).
 MAX_ATTEMPTS_EXCEEDED: Final = "max attempts exceeded"
@@ -88,7 +90,9 @@ def is_reclaimable(job: Job, now: datetime) -> bool:
     """A processing row whose deadline has passed (strictly: at the deadline the claim is
     still valid)."""
     return (
-        job.state == "processing" and job.claim_expires_at is not None and now > job.claim_expires_at
+        job.state == "processing"
+        and job.claim_expires_at is not None
+        and now > job.claim_expires_at
     )
 
 
@@ -119,7 +123,9 @@ def needs_pre_claim_sweep(job: Job, now: datetime) -> bool:
 def is_ackable(job: Job, now: datetime) -> bool:
     """Q6: processing and not past its deadline (no token check)."""
     return (
-        job.state == "processing" and job.claim_expires_at is not None and now <= job.claim_expires_at
+        job.state == "processing"
+        and job.claim_expires_at is not None
+        and now <= job.claim_expires_at
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -140,11 +141,9 @@ def check_job_id(value: object) -> int:
 
 def check_job_ids(values: object) -> list[int]:
     """Q6: an iterable of job ids, de-duplicated, order kept."""
-    if isinstance(values, str | bytes | bytearray | memoryview) or not hasattr(
-        values, "__iter__"
-    ):
+    if isinstance(values, str | bytes | bytearray | memoryview) or not isinstance(values, Iterable):
         raise InvalidArgument(f"ids must be an iterable of job ids (ints); got {_show(values)}")
-    ids = [check_job_id(v) for v in values]  # type: ignore[attr-defined]
+    ids = [check_job_id(v) for v in values]
     return list(dict.fromkeys(ids))
 
 

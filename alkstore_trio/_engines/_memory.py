@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -65,10 +65,8 @@ class MemoryBackend:
                     outcome: tuple[bool, object] = (True, transition(self._table, now))
                 except Exception as exc:
                     outcome = (False, exc)
-                try:
+                with suppress(trio.BrokenResourceError):
                     reply.send_nowait(outcome)
-                except trio.BrokenResourceError:
-                    pass
         finally:
             # Whoever still waits (only possible if the actor itself is cancelled) must
             # hear that the store is gone rather than wait forever.
@@ -80,7 +78,7 @@ class MemoryBackend:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed:
             raise StoreClosed("the store is closed")
-        reply_send, reply_receive = trio.open_memory_channel[tuple[bool, object]](1)
+        reply_send, reply_receive = trio.open_memory_channel(1)
         try:
             self._inbox.send_nowait((transition, reply_send))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -110,9 +108,7 @@ class MemoryBackend:
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         return await self._call(lambda table, now: table.claim(queue, worker_id, n, now))
 
-    async def heartbeat(
-        self, queue: str, job_id: int, token: int, extend_s: float | None
-    ) -> bool:
+    async def heartbeat(self, queue: str, job_id: int, token: int, extend_s: float | None) -> bool:
         return await self._call(
             lambda table, now: table.heartbeat(queue, job_id, token, extend_s, now)
         )

@@ -8,12 +8,14 @@ boundary; a call after :meth:`Backend.aclose` raises :class:`~alkstore_trio.Stor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .._core import EnqueueSpec, Job, SweepResult
-from ._wake import WakeListener
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import AbstractAsyncContextManager
+
+    from .._core import EnqueueSpec, Job, SweepResult
+    from ._wake import WakeListener
 
 
 class TransactionBackend(Protocol):
@@ -35,9 +37,7 @@ class Backend(Protocol):
         """Q3: pre-claim sweep and up to ``n`` claims (``n >= 1``), atomically."""
         ...
 
-    async def heartbeat(
-        self, queue: str, job_id: int, token: int, extend_s: float | None
-    ) -> bool:
+    async def heartbeat(self, queue: str, job_id: int, token: int, extend_s: float | None) -> bool:
         """Q4 heartbeat under the validity predicate."""
         ...
 

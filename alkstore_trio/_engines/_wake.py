@@ -11,14 +11,16 @@ claiming is kept until the next :meth:`WakeListener.wait`, so no wake falls betw
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
 
 from .._core import _validate as v
 from .._errors import StoreClosed
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable
 
 
 @final
@@ -55,7 +57,9 @@ class WakeListener:
             StoreClosed: the store was closed (also while waiting).
             InvalidArgument: ``timeout_s`` is not a finite number >= 0 or ``None``.
         """
-        timeout = math.inf if timeout_s is None else v.check_duration("timeout_s", timeout_s, min_s=0)
+        timeout = (
+            math.inf if timeout_s is None else v.check_duration("timeout_s", timeout_s, min_s=0)
+        )
         if self._closed:
             raise StoreClosed("the store of this wake listener is closed")
         if self._pending:

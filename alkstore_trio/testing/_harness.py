@@ -8,15 +8,18 @@ pass on its harness.
 
 from __future__ import annotations
 
-import random
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .._open import open_store
-from .._store import Store
 from ._clock import ManualClock
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import AsyncIterator
+    from datetime import datetime
+
+    from .._store import Store
 
 
 class EngineHarness(Protocol):
@@ -25,9 +28,7 @@ class EngineHarness(Protocol):
     #: A short name for reports and test ids (e.g. ``"memory"``).
     name: str
 
-    def open_store(
-        self, *, rng: random.Random | None = None
-    ) -> AbstractAsyncContextManager[Store]:
+    def open_store(self, *, rng: random.Random | None = None) -> AbstractAsyncContextManager[Store]:
         """Open a fresh store with no rows, whose clock this harness controls.
 
         The clock must stand still between calls of :meth:`advance` (or move so little
