@@ -64,7 +64,7 @@ async def open_store(
         raise InvalidArgument(f"url must be a str such as 'memory://'; got {_redacted(url)}")
     if rng is not None and not isinstance(rng, random.Random):
         raise InvalidArgument(f"rng must be a random.Random or None; got {type(rng).__name__}")
-    if clock is not None and not callable(getattr(clock, "now", None)):
+    if clock is not None and (isinstance(clock, type) or not callable(getattr(clock, "now", None))):
         raise InvalidArgument(
             "clock must have a now() method returning an aware datetime; "
             f"got {type(clock).__name__}"

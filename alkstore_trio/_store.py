@@ -105,7 +105,7 @@ class Store:
             self._check_open()
 
     def open_wake_listener(
-        self, queues: Iterable[str | Queue]
+        self, queues: str | Queue | Iterable[str | Queue]
     ) -> AbstractAsyncContextManager[WakeListener]:
         """Subscribe to the wakes of some queues, for the duration of an ``async with``.
 
@@ -114,13 +114,16 @@ class Store:
         one. Wakes are best effort: keep a re-poll timeout as a safety net.
 
         Args:
-            queues: Queue names or handles of this store (at least one).
+            queues: Queue names or handles of this store (at least one); a single name
+                or handle is accepted too.
 
         Raises:
             InvalidArgument: a name is invalid or no queue was given.
             StoreClosed: the store is closed.
         """
         self._check_open()
+        if isinstance(queues, str | Queue):
+            queues = [queues]  # one queue, not the letters of its name
         names = frozenset(self._queue_name(q) for q in queues)
         if not names:
             raise InvalidArgument("queues must name at least one queue; got none")

@@ -118,14 +118,19 @@ class JobTable:
         out: list[Job] = []
         ready = index.ready
         while ready and len(out) < n:
-            _, _, job_id, gen = heapq.heappop(ready)
+            _, _, job_id, gen = ready[0]
             if self._gen.get(job_id) != gen:
+                heapq.heappop(ready)
                 continue
             job = self._live[job_id]
             if not t.is_claimable(job, now):
                 # Expired (left for the sweep); nothing else can surface here.
+                heapq.heappop(ready)
                 continue
+            # Compute the claimed row before touching the heap, so that a failure here
+            # leaves the row where it was (claimable by the next claim).
             job = t.claimed(job, worker_id, now)
+            heapq.heappop(ready)
             self._set_live(job, now)
             out.append(job)
         return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from .._errors import InvalidArgument
@@ -82,7 +82,10 @@ def check_duration(
         raise InvalidArgument(
             f"{param} must be a number of seconds (int or float); got {_show(value)}"
         )
-    seconds = float(value)  # type: ignore[arg-type]
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float
+        seconds = DURATION_MAX_S * 2 if value > 0 else -DURATION_MAX_S * 2  # type: ignore[operator]
     if not math.isfinite(seconds):
         raise InvalidArgument(f"{param} must be a finite number of seconds; got {_show(value)}")
     if min_s is not None:
@@ -163,7 +166,7 @@ def check_optional_run_at(value: object) -> datetime | None:
     """Q2: ``None`` or a timezone-aware datetime."""
     if value is None:
         return None
-    return check_aware_datetime("run_at", value)
+    return check_aware_datetime("run_at", value).astimezone(UTC)
 
 
 def check_payload(value: object, max_bytes: int) -> bytes:
@@ -174,7 +177,10 @@ def check_payload(value: object, max_bytes: int) -> bytes:
     if isinstance(value, bytes):
         payload = value
     elif isinstance(value, bytearray | memoryview):
-        payload = bytes(value)
+        try:
+            payload = bytes(value)
+        except ValueError:  # a released memoryview
+            raise InvalidArgument("payload is a released memoryview; pass live bytes") from None
     else:
         raise InvalidArgument(
             f"payload must be bytes, bytearray or memoryview (encode it yourself, e.g. "

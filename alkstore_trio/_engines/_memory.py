@@ -69,7 +69,14 @@ class MemoryBackend:
                     reply.send_nowait(outcome)
         finally:
             # Whoever still waits (only possible if the actor itself is cancelled) must
-            # hear that the store is gone rather than wait forever.
+            # hear that the store is gone rather than wait forever: close every queued
+            # request's reply channel, so its caller gets StoreClosed.
+            while True:
+                try:
+                    _, reply = requests.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                reply.close()
             requests.close()
             self._closed = True
             self.wakes.close()

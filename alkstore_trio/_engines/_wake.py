@@ -57,11 +57,11 @@ class WakeListener:
             StoreClosed: the store was closed (also while waiting).
             InvalidArgument: ``timeout_s`` is not a finite number >= 0 or ``None``.
         """
+        if self._closed:
+            raise StoreClosed("the store of this wake listener is closed")
         timeout = (
             math.inf if timeout_s is None else v.check_duration("timeout_s", timeout_s, min_s=0)
         )
-        if self._closed:
-            raise StoreClosed("the store of this wake listener is closed")
         if self._pending:
             await trio.lowlevel.checkpoint()
         else:

@@ -1,0 +1,862 @@
+"""``JobTable``, the indexed in-memory table, driven directly (Q2-Q9).
+
+Beyond the rules themselves this pins the table's own machinery: the heaps with lazily
+discarded stale entries (a row is never handed out twice and never resurrected), the
+rebuild when the clock runs backwards, atomicity when a transition raises, and that a
+claim costs O(log n), not a scan. Sync tests, no event loop.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from alkstore_trio._core import (
+    EXPIRED,
+    FAILED,
+    MAX_ATTEMPTS_EXCEEDED,
+    EnqueueSpec,
+    Job,
+    JobTable,
+    SweepResult,
+    _transitions,
+)
+
+T0 = datetime(2000, 1, 1, tzinfo=UTC)
+ONE_US = timedelta(microseconds=1)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def spec(
+    *,
+    queue: str = "q",
+    payload: bytes = b"p",
+    priority: int = 0,
+    delay_s: float | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int = 3,
+    visibility_timeout_s: float = 30.0,
+    backoff_base_s: float = 5.0,
+    expires_in_s: float | None = None,
+) -> EnqueueSpec:
+    return EnqueueSpec(
+        queue=queue,
+        payload=payload,
+        priority=priority,
+        delay_s=delay_s,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        visibility_timeout_s=visibility_timeout_s,
+        backoff_base_s=backoff_base_s,
+        expires_in_s=expires_in_s,
+    )
+
+
+def add(table: JobTable, now: datetime = T0, **kwargs: object) -> int:
+    (job_id,) = table.enqueue([spec(**kwargs)], now)  # type: ignore[arg-type]
+    return job_id
+
+
+def ids(jobs: list[Job]) -> list[int]:
+    return [job.id for job in jobs]
+
+
+def claim_one(table: JobTable, now: datetime, queue: str = "q", worker: str = "w") -> Job | None:
+    jobs = table.claim(queue, worker, 1, now)
+    assert len(jobs) <= 1
+    return jobs[0] if jobs else None
+
+
+def drain(table: JobTable, now: datetime, queue: str = "q", n: int = 1000) -> list[int]:
+    out: list[int] = []
+    while batch := table.claim(queue, "drain", n, now):
+        out.extend(ids(batch))
+    return out
+
+
+# -- Q2 enqueue, ids -----------------------------------------------------------------------
+
+
+def test_q2_ids_increase_in_enqueue_order_from_one():
+    table = JobTable()
+    assert table.enqueue([spec(), spec()], T0) == [1, 2]
+    assert add(table) == 3
+    assert table.enqueue([], T0) == []
+    assert add(table, queue="other") == 4
+
+
+def test_q10_reserved_ids_are_never_reused():
+    table = JobTable()
+    assert table.reserve_ids(3) == [1, 2, 3]
+    assert add(table) == 4
+    assert table.insert([(2, spec(payload=b"late"))], at(5)) == [2]
+    job = table.get("q", 2)
+    assert job is not None
+    assert job.payload == b"late"
+    assert job.enqueued_at == at(5)
+    assert table.get("q", 1) is None, "a reserved id that was never inserted has no row"
+    assert table.reserve_ids(0) == []
+    assert add(table) == 5
+
+
+def test_q8_get_is_scoped_to_the_queue_and_sees_dead_rows():
+    table = JobTable()
+    job_id = add(table, queue="a")
+    assert table.get("a", job_id) is not None
+    assert table.get("b", job_id) is None
+    assert table.get("a", 999) is None
+    (job,) = table.claim("a", "w", 1, T0)
+    assert table.fail("a", job_id, job.attempts, None, T0)
+    gone = table.get("a", job_id)
+    assert gone is not None
+    assert gone.state == "dead"
+    assert table.get("b", job_id) is None
+
+
+def test_q8_jobs_lists_live_and_dead_rows_in_id_order():
+    table = JobTable()
+    first, second, third = (add(table) for _ in range(3))
+    (job,) = table.claim("q", "w", 1, T0)
+    table.fail("q", job.id, job.attempts, None, T0)
+    assert [j.id for j in table.jobs()] == [first, second, third]
+    assert [j.state for j in table.jobs()] == ["dead", "pending", "pending"]
+    assert len(table) == 3
+    table.cancel("q", second)
+    assert len(table) == 2
+
+
+# -- Q3 claim ------------------------------------------------------------------------------
+
+
+def test_q3_claim_order_priority_desc_run_at_asc_id_asc():
+    table = JobTable()
+    a = add(table, priority=0)
+    b = add(table, priority=5, run_at=at(-1))
+    c = add(table, priority=5, run_at=at(-2))
+    d = add(table, priority=5, run_at=at(-2))
+    e = add(table, priority=-3)
+    f = add(table, priority=0, run_at=at(-10))
+    assert ids(table.claim("q", "w", 10, T0)) == [c, d, b, f, a, e]
+
+
+def test_q3_claim_takes_at_most_n_best_first():
+    table = JobTable()
+    job_ids = [add(table, priority=p) for p in (1, 3, 2)]
+    assert ids(table.claim("q", "w", 2, T0)) == [job_ids[1], job_ids[2]]
+    assert ids(table.claim("q", "w", 2, T0)) == [job_ids[0]]
+    assert table.claim("q", "w", 2, T0) == []
+
+
+@pytest.mark.parametrize("n", [0, -1, -(10**9)])
+def test_q3_claim_of_zero_or_fewer_does_nothing(n):
+    table = JobTable()
+    job_id = add(table, max_attempts=1, visibility_timeout_s=1)
+    assert len(table.claim("q", "w", 1, T0)) == 1
+    assert table.claim("q", "w", n, at(100)) == []
+    row = table.get("q", job_id)
+    assert row is not None
+    assert row.state == "processing", "no pre-claim sweep either (decision 5)"
+
+
+def test_q3_claim_of_unknown_queue_is_empty():
+    table = JobTable()
+    add(table, queue="a")
+    assert table.claim("b", "w", 5, T0) == []
+
+
+def test_q3_claim_sets_claim_fields_and_returns_the_post_claim_snapshot():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=45)
+    (job,) = table.claim("q", "worker-1", 1, at(3))
+    assert job.id == job_id
+    assert job.state == "processing"
+    assert job.attempts == 1
+    assert job.claimed_by == "worker-1"
+    assert job.claimed_at == at(3)
+    assert job.claim_expires_at == at(48)
+    assert table.get("q", job_id) == job
+
+
+def test_q3_delayed_rows_become_claimable_when_due():
+    table = JobTable()
+    late = add(table, delay_s=10)
+    early = add(table, delay_s=5)
+    assert table.claim("q", "w", 5, at(4)) == []
+    assert ids(table.claim("q", "w", 5, at(5))) == [early]
+    assert table.claim("q", "w", 5, at(10) - ONE_US) == []
+    assert ids(table.claim("q", "w", 5, at(10))) == [late]
+
+
+def test_q3_a_due_row_and_a_ready_row_are_ordered_together():
+    table = JobTable()
+    ready = add(table, priority=1)
+    due = add(table, priority=2, delay_s=5)
+    assert ids(table.claim("q", "w", 5, at(6))) == [due, ready]
+
+
+def test_q3_claims_are_scoped_to_their_queue():
+    table = JobTable()
+    a = add(table, queue="a")
+    b = add(table, queue="b")
+    assert ids(table.claim("a", "w", 10, T0)) == [a]
+    assert ids(table.claim("b", "w", 10, T0)) == [b]
+
+
+def test_q3_processing_rows_are_not_claimed_while_valid():
+    table = JobTable()
+    add(table, visibility_timeout_s=30)
+    assert len(table.claim("q", "w", 1, T0)) == 1
+    assert table.claim("q", "w", 1, at(30)) == [], "at the deadline the claim still holds"
+
+
+def test_q3_reclaim_consumes_an_attempt():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=30, max_attempts=3)
+    (first,) = table.claim("q", "w1", 1, T0)
+    (second,) = table.claim("q", "w2", 1, at(30) + ONE_US)
+    assert second.id == job_id
+    assert second.attempts == 2
+    assert second.claimed_by == "w2"
+    assert second.claim_expires_at == at(60) + ONE_US
+    assert not table.ack("q", job_id, first.attempts, at(31)), "the old token is refused"
+    assert table.ack("q", job_id, second.attempts, at(31))
+
+
+def test_q3_reclaimed_rows_keep_their_place_in_the_claim_order():
+    table = JobTable()
+    old = add(table, priority=0, visibility_timeout_s=10)
+    table.claim("q", "w", 1, T0)
+    newer = add(table, at(5), priority=0)
+    urgent = add(table, at(5), priority=9)
+    assert ids(table.claim("q", "w", 5, at(11))) == [urgent, old, newer]
+
+
+def test_q3_pre_claim_sweep_dead_letters_lapsed_rows_at_budget():
+    table = JobTable()
+    spent = add(table, visibility_timeout_s=10, max_attempts=1)
+    (job,) = table.claim("q", "w", 1, T0)
+    other = add(table, at(5))
+    assert ids(table.claim("q", "w", 1, at(11))) == [other]
+    gone = table.get("q", spent)
+    assert gone is not None
+    assert gone.state == "dead"
+    assert gone.last_error == MAX_ATTEMPTS_EXCEEDED
+    assert gone.died_at == at(11)
+    assert gone.claimed_by == "w", "decision 1: claim fields kept"
+    assert gone.attempts == 1
+    assert not table.ack("q", spent, job.attempts, at(11))
+
+
+def test_q3_pre_claim_sweep_runs_even_when_nothing_is_claimable():
+    table = JobTable()
+    spent = add(table, visibility_timeout_s=10, max_attempts=1)
+    table.claim("q", "w", 1, T0)
+    assert table.claim("q", "w", 1, at(11)) == []
+    row = table.get("q", spent)
+    assert row is not None
+    assert row.state == "dead"
+
+
+def test_q3_pre_claim_sweep_sweeps_every_lapsed_row_at_budget_even_with_n_1():
+    table = JobTable()
+    spent = [add(table, visibility_timeout_s=10, max_attempts=1) for _ in range(5)]
+    table.claim("q", "w", 5, T0)
+    fresh = add(table, at(1))
+    assert ids(table.claim("q", "w", 1, at(11))) == [fresh]
+    assert all(table.get("q", job_id).state == "dead" for job_id in spent)  # type: ignore[union-attr]
+
+
+def test_q3_pre_claim_sweep_is_scoped_to_the_queue():
+    table = JobTable()
+    spent = add(table, queue="b", visibility_timeout_s=10, max_attempts=1)
+    table.claim("b", "w", 1, T0)
+    add(table, queue="a")
+    table.claim("a", "w", 1, at(11))
+    row = table.get("b", spent)
+    assert row is not None
+    assert row.state == "processing"
+    assert table.claim("b", "w", 1, at(11)) == []
+    assert table.get("b", spent).state == "dead"  # type: ignore[union-attr]
+
+
+def test_q3_pre_claim_sweep_does_not_touch_valid_claims_at_budget():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=10, max_attempts=1)
+    table.claim("q", "w", 1, T0)
+    table.claim("q", "w", 1, at(10))
+    row = table.get("q", job_id)
+    assert row is not None
+    assert row.state == "processing"
+
+
+def test_q3_expired_rows_are_never_claimed_and_stay_for_the_sweep():
+    table = JobTable()
+    stale = add(table, expires_in_s=5)
+    fresh = add(table)
+    assert ids(table.claim("q", "w", 5, at(6))) == [fresh]
+    row = table.get("q", stale)
+    assert row is not None
+    assert row.state == "pending"
+    assert table.sweep_expired("q", None, at(6)) == SweepResult(1, 0)
+
+
+def test_q3_a_lapsed_expired_row_is_not_reclaimed():
+    table = JobTable()
+    job_id = add(table, expires_in_s=20, visibility_timeout_s=10)
+    table.claim("q", "w", 1, T0)
+    assert table.claim("q", "w", 1, at(21)) == []
+    assert table.get("q", job_id).state == "processing"  # type: ignore[union-attr]
+
+
+# -- Q4 handle operations on the table -----------------------------------------------------
+
+
+def test_q4_heartbeat_is_an_absolute_reset_and_moves_the_lease():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=10)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.heartbeat("q", job_id, job.attempts, 100, at(5))
+    assert table.get("q", job_id).claim_expires_at == at(105)  # type: ignore[union-attr]
+    assert table.claim("q", "x", 1, at(50)) == [], "the old lease entry is stale"
+    assert table.heartbeat("q", job_id, job.attempts, None, at(50))
+    assert table.get("q", job_id).claim_expires_at == at(60)  # type: ignore[union-attr]
+    assert table.claim("q", "x", 1, at(60)) == []
+    (again,) = table.claim("q", "x", 1, at(60) + ONE_US)
+    assert again.attempts == 2
+
+
+def test_q4_late_heartbeat_is_refused_and_changes_nothing():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=10)
+    (job,) = table.claim("q", "w", 1, T0)
+    before = table.get("q", job_id)
+    assert not table.heartbeat("q", job_id, job.attempts, 100, at(10) + ONE_US)
+    assert table.get("q", job_id) == before
+
+
+@pytest.mark.parametrize("operation", ["heartbeat", "ack", "retry", "fail"])
+def test_q4_operations_are_refused_for_wrong_token_queue_or_id(operation):
+    table = JobTable()
+    job_id = add(table, queue="a")
+    (job,) = table.claim("a", "w", 1, T0)
+    calls = {
+        "heartbeat": lambda q, i, tok: table.heartbeat(q, i, tok, None, at(1)),
+        "ack": lambda q, i, tok: table.ack(q, i, tok, at(1)),
+        "retry": lambda q, i, tok: table.retry(q, i, tok, None, 0, at(1)),
+        "fail": lambda q, i, tok: table.fail(q, i, tok, None, at(1)),
+    }
+    call = calls[operation]
+    assert not call("a", job_id, job.attempts + 1)
+    assert not call("a", job_id, 0)
+    assert not call("b", job_id, job.attempts)
+    assert not call("a", 999, job.attempts)
+    assert table.get("a", job_id) == job
+    assert call("a", job_id, job.attempts)
+
+
+def test_q4_ack_deletes_the_row():
+    table = JobTable()
+    job_id = add(table)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.ack("q", job_id, job.attempts, at(1))
+    assert table.get("q", job_id) is None
+    assert not table.ack("q", job_id, job.attempts, at(1))
+    assert len(table) == 0
+
+
+def test_q4_retry_below_budget_makes_the_row_claimable_after_the_delay():
+    table = JobTable()
+    job_id = add(table, max_attempts=3)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.retry("q", job_id, job.attempts, "boom", 20, at(1))
+    row = table.get("q", job_id)
+    assert row is not None
+    assert row.state == "pending"
+    assert row.last_error == "boom"
+    assert table.claim("q", "w", 1, at(21) - ONE_US) == []
+    (again,) = table.claim("q", "w", 1, at(21))
+    assert again.attempts == 2
+    assert again.last_error == "boom"
+
+
+def test_q4_retry_at_budget_dead_letters():
+    table = JobTable()
+    job_id = add(table, max_attempts=1)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.retry("q", job_id, job.attempts, None, None, at(1))
+    row = table.get("q", job_id)
+    assert row is not None
+    assert row.state == "dead"
+    assert row.last_error == MAX_ATTEMPTS_EXCEEDED
+    assert table.claim("q", "w", 1, at(10**6)) == []
+
+
+def test_q4_fail_dead_letters_now():
+    table = JobTable()
+    job_id = add(table, max_attempts=5)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.fail("q", job_id, job.attempts, None, at(2))
+    row = table.get("q", job_id)
+    assert row is not None
+    assert (row.state, row.last_error, row.died_at) == ("dead", FAILED, at(2))
+    assert not table.fail("q", job_id, job.attempts, None, at(2))
+
+
+# -- Q6 ack_batch --------------------------------------------------------------------------
+
+
+def test_q6_ack_batch_counts_only_valid_processing_rows_of_this_queue():
+    table = JobTable()
+    valid_a = add(table, visibility_timeout_s=100)
+    valid_b = add(table, visibility_timeout_s=100)
+    lapsed = add(table, visibility_timeout_s=5)
+    table.claim("q", "w1", 1, T0)
+    table.claim("q", "w2", 1, T0)
+    table.claim("q", "w3", 1, T0)
+    dead_id = add(table)
+    (dying,) = table.claim("q", "w", 1, T0)
+    table.fail("q", dead_id, dying.attempts, None, T0)
+    pending_id = add(table)
+    other_queue = add(table, queue="other")
+    table.claim("other", "w", 1, T0)
+
+    count = table.ack_batch(
+        "q",
+        [valid_a, lapsed, pending_id, dead_id, other_queue, 10**12, valid_a, valid_b, valid_b],
+        at(10),
+    )
+    assert count == 2
+    assert table.get("q", valid_a) is None
+    assert table.get("q", valid_b) is None
+    assert table.get("q", lapsed).state == "processing"  # type: ignore[union-attr]
+    assert table.get("q", pending_id).state == "pending"  # type: ignore[union-attr]
+    assert table.get("q", dead_id).state == "dead"  # type: ignore[union-attr]
+    assert table.get("other", other_queue).state == "processing"  # type: ignore[union-attr]
+
+
+def test_q6_ack_batch_boundary_at_the_deadline():
+    table = JobTable()
+    lapsed = add(table, visibility_timeout_s=10)
+    at_deadline = add(table, visibility_timeout_s=10)
+    table.claim("q", "w", 1, T0)
+    table.claim("q", "w", 1, T0 + ONE_US)
+    assert table.ack_batch("q", [lapsed, at_deadline], at(10) + ONE_US) == 1
+    assert table.get("q", at_deadline) is None
+    assert table.get("q", lapsed) is not None
+
+
+def test_q6_ack_batch_empty():
+    assert JobTable().ack_batch("q", [], T0) == 0
+
+
+# -- Q7 cancel -----------------------------------------------------------------------------
+
+
+def test_q7_cancel_deletes_pending_and_processing_but_not_dead():
+    table = JobTable()
+    waiting = add(table, delay_s=100)
+    held = add(table)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert job.id == held
+    assert table.cancel("q", waiting)
+    assert table.cancel("q", held)
+    assert not table.cancel("q", held)
+    assert not table.ack("q", held, job.attempts, at(1)), "the holder's ack is refused"
+    dead_id = add(table)
+    (dying,) = table.claim("q", "w", 1, T0)
+    table.fail("q", dead_id, dying.attempts, None, T0)
+    assert not table.cancel("q", dead_id)
+    assert table.get("q", dead_id) is not None
+    assert not table.cancel("q", 12345)
+
+
+def test_q7_cancel_is_scoped_to_the_queue():
+    table = JobTable()
+    job_id = add(table, queue="a")
+    assert not table.cancel("b", job_id)
+    assert table.get("a", job_id) is not None
+
+
+# -- Q9 sweep ------------------------------------------------------------------------------
+
+
+def test_q9_sweep_dead_letters_expired_pending_and_processing_rows():
+    table = JobTable()
+    held = add(table, expires_in_s=10, visibility_timeout_s=1000)
+    waiting = add(table, expires_in_s=10, delay_s=100)
+    fresh = add(table, expires_in_s=20)
+    forever = add(table)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert job.id == held
+    assert table.sweep_expired("q", None, at(10)) == SweepResult(0, 0), "not past expires_at"
+    assert table.sweep_expired("q", None, at(10) + ONE_US) == SweepResult(2, 0)
+    for job_id in (held, waiting):
+        row = table.get("q", job_id)
+        assert row is not None
+        assert (row.state, row.last_error, row.died_at) == ("dead", EXPIRED, at(10) + ONE_US)
+    assert table.get("q", fresh).state == "pending"  # type: ignore[union-attr]
+    assert table.get("q", forever).state == "pending"  # type: ignore[union-attr]
+    assert not table.ack("q", held, job.attempts, at(11))
+    assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
+
+
+def test_q9_sweep_skips_rows_that_already_left():
+    table = JobTable()
+    acked = add(table, expires_in_s=10)
+    cancelled = add(table, expires_in_s=10)
+    (job,) = table.claim("q", "w", 1, T0)
+    table.ack("q", acked, job.attempts, T0)
+    table.cancel("q", cancelled)
+    assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
+
+
+def test_q9_retention_none_keeps_dead_rows_forever():
+    table = JobTable()
+    job_id = add(table, expires_in_s=1)
+    assert table.sweep_expired("q", None, at(2)) == SweepResult(1, 0)
+    assert table.sweep_expired("q", None, at(10**9)) == SweepResult(0, 0)
+    assert table.get("q", job_id) is not None
+
+
+def test_q9_retention_zero_purges_on_the_next_instant():
+    table = JobTable()
+    job_id = add(table, expires_in_s=1)
+    assert table.sweep_expired("q", 0, at(2)) == SweepResult(1, 0), "died_at + 0 < now is false"
+    assert table.sweep_expired("q", 0, at(2) + ONE_US) == SweepResult(0, 1)
+    assert table.get("q", job_id) is None
+    assert len(table) == 0
+
+
+def test_q9_retention_purges_in_died_at_order_strictly_after_retention():
+    table = JobTable()
+    first = add(table, max_attempts=1)
+    second = add(table, max_attempts=1)
+    third = add(table, max_attempts=5)
+    jobs = table.claim("q", "w", 3, T0)
+    tokens = {job.id: job.attempts for job in jobs}
+    table.fail("q", first, tokens[first], None, at(10))
+    table.retry("q", second, tokens[second], None, None, at(20))  # at budget: dead
+    table.fail("q", third, tokens[third], "x", at(30))
+    assert table.sweep_expired("q", 60, at(70)) == SweepResult(0, 0)
+    assert table.sweep_expired("q", 60, at(80) + ONE_US) == SweepResult(0, 2)
+    assert table.get("q", third) is not None
+    assert table.sweep_expired("q", 60, at(91)) == SweepResult(0, 1)
+
+
+def test_q9_pre_claim_swept_rows_are_purged_by_retention():
+    table = JobTable()
+    job_id = add(table, max_attempts=1, visibility_timeout_s=5)
+    table.claim("q", "w", 1, T0)
+    table.claim("q", "w", 1, at(6))
+    assert table.sweep_expired("q", 1, at(8)) == SweepResult(0, 1)
+    assert table.get("q", job_id) is None
+
+
+def test_q9_sweep_is_scoped_to_the_queue():
+    table = JobTable()
+    a = add(table, queue="a", expires_in_s=1)
+    b = add(table, queue="b", expires_in_s=1)
+    assert table.sweep_expired("a", 0, at(5)) == SweepResult(1, 0)
+    assert table.get("b", b).state == "pending"  # type: ignore[union-attr]
+    assert table.sweep_expired("a", 0, at(6)) == SweepResult(0, 1)
+    assert table.get("a", a) is None
+    assert table.sweep_expired("b", None, at(6)) == SweepResult(1, 0)
+    assert table.sweep_expired("unknown", 0, at(6)) == SweepResult(0, 0)
+
+
+def test_q9_sweep_then_purge_in_one_call_with_zero_retention():
+    table = JobTable()
+    add(table, expires_in_s=1)
+    # Expired and purged need died_at + 0 < now; died_at == now, so not in the same call.
+    assert table.sweep_expired("q", 0, at(5)) == SweepResult(1, 0)
+
+
+# -- stale heap entries --------------------------------------------------------------------
+
+
+def test_q3_heartbeaten_many_times_is_handed_out_once():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=10)
+    (job,) = table.claim("q", "w", 1, T0)
+    for i in range(500):
+        assert table.heartbeat("q", job_id, job.attempts, 1 + (i % 7), at(i * 0.001))
+    # Every older lease entry has lapsed by now; only the newest may surface.
+    later = at(100)
+    reclaimed = table.claim("q", "x", 100, later)
+    assert ids(reclaimed) == [job_id]
+    assert reclaimed[0].attempts == 2
+    assert table.claim("q", "x", 100, at(100)) == []
+
+
+def test_q3_retried_many_times_is_handed_out_once_per_claim():
+    table = JobTable()
+    job_id = add(table, max_attempts=10**6)
+    others = [add(table, priority=-1) for _ in range(3)]
+    for i in range(300):
+        (job,) = table.claim("q", "w", 1, at(i))
+        assert job.id == job_id
+        assert job.attempts == i + 1
+        assert table.retry("q", job_id, job.attempts, None, 0, at(i))
+    batch = table.claim("q", "w", 1000, at(301))
+    assert ids(batch) == [job_id, *others]
+
+
+def test_q3_retried_with_delays_leaves_no_early_ghosts():
+    table = JobTable()
+    job_id = add(table, max_attempts=1000)
+    for i in range(50):
+        (job,) = table.claim("q", "w", 1, at(i * 100))
+        assert table.retry("q", job_id, job.attempts, None, 50 + i, at(i * 100))
+    # The latest retry set run_at = 4900 + 99. Earlier (stale) delayed entries surface
+    # first but must not hand the job out early.
+    assert table.claim("q", "w", 10, at(4900 + 98)) == []
+    assert ids(table.claim("q", "w", 10, at(4900 + 99))) == [job_id]
+
+
+@pytest.mark.parametrize("how", ["cancel", "ack", "fail", "retry_at_budget", "ack_batch"])
+def test_q3_finished_jobs_are_never_resurrected(how):
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=10, max_attempts=1, expires_in_s=50)
+    (job,) = table.claim("q", "w", 1, T0)
+    for i in range(20):
+        table.heartbeat("q", job_id, job.attempts, 1 + i, at(0.5))
+    if how == "cancel":
+        assert table.cancel("q", job_id)
+    elif how == "ack":
+        assert table.ack("q", job_id, job.attempts, at(1))
+    elif how == "fail":
+        assert table.fail("q", job_id, job.attempts, None, at(1))
+    elif how == "retry_at_budget":
+        assert table.retry("q", job_id, job.attempts, None, None, at(1))
+    else:
+        assert table.ack_batch("q", [job_id], at(1)) == 1
+    before = table.get("q", job_id)
+    for t in (5, 15, 25, 40, 60, 1000):
+        assert table.claim("q", "x", 100, at(t)) == []
+        assert table.sweep_expired("q", None, at(t)).expired == 0
+    # Even a clock set back (a heap rebuild) does not bring it back.
+    assert table.claim("q", "x", 100, at(2)) == []
+    assert table.get("q", job_id) == before
+
+
+def test_q3_cancelled_pending_and_delayed_rows_are_never_handed_out():
+    table = JobTable()
+    ready = add(table)
+    delayed = add(table, delay_s=10)
+    keep = add(table, priority=-1)
+    table.cancel("q", ready)
+    table.cancel("q", delayed)
+    assert drain(table, at(20)) == [keep]
+
+
+def test_q3_no_row_is_handed_out_twice_within_one_claim_under_churn():
+    table = JobTable()
+    job_ids = [add(table, visibility_timeout_s=5, max_attempts=10**6) for _ in range(50)]
+    now = T0
+    for round_ in range(20):
+        now = at(round_ * 10)
+        batch = table.claim("q", "w", 1000, now)
+        handed = ids(batch)
+        assert len(handed) == len(set(handed))
+        assert sorted(handed) == job_ids, "every job, each once (lapsed ones reclaimed)"
+        for job in batch[::3]:
+            table.heartbeat("q", job.id, job.attempts, 1, now)
+            table.heartbeat("q", job.id, job.attempts, 2, now)
+        for job in batch[1::3]:
+            table.retry("q", job.id, job.attempts, None, 0, now)
+
+
+# -- a clock set backwards: the heaps are rebuilt ------------------------------------------
+
+
+def test_q3_clock_backwards_a_promoted_row_stops_being_claimable_then_comes_back():
+    table = JobTable()
+    target = add(table, delay_s=10)
+    blocker = add(table, priority=5, delay_s=10)
+    # At t=20 both rows become ready; only the blocker is taken.
+    assert ids(table.claim("q", "w", 1, at(20))) == [blocker]
+    # Time runs back to t=5: the target's run_at (t=10) has not come.
+    assert table.claim("q", "w", 1, at(5)) == []
+    # It must not have been dropped from the indexes on the way.
+    assert ids(table.claim("q", "w", 1, at(10))) == [target]
+
+
+def test_q3_clock_backwards_a_lapsed_claim_is_valid_again_then_lapses_again():
+    table = JobTable()
+    held = add(table, visibility_timeout_s=30, max_attempts=5)
+    (job,) = table.claim("q", "w", 1, T0)
+    blocker = add(table, at(1), priority=9)
+    # At t=40 the lease lapsed and moved to the ready heap; the blocker is taken first.
+    assert ids(table.claim("q", "w", 1, at(40))) == [blocker]
+    # Back to t=20: the claim is valid again, so it is not reclaimable.
+    assert table.claim("q", "x", 5, at(20)) == []
+    # The holder's claim is valid again: it can heartbeat (deadline t=50) ...
+    assert table.heartbeat("q", held, job.attempts, None, at(20))
+    # ... and the stale ready entry from t=40 must not hand the row out early.
+    assert table.claim("q", "x", 5, at(40)) == []
+    assert table.claim("q", "x", 5, at(50)) == []
+    (again,) = table.claim("q", "x", 5, at(50) + ONE_US)
+    assert again.id == held
+
+
+def test_q3_clock_backwards_reclaim_is_withheld_until_the_deadline_passes_again():
+    table = JobTable()
+    held = add(table, visibility_timeout_s=30, max_attempts=5)
+    (job,) = table.claim("q", "w", 1, T0)
+    blocker = add(table, at(1), priority=9)
+    assert ids(table.claim("q", "w", 1, at(40))) == [blocker]
+    assert table.claim("q", "x", 5, at(20)) == []
+    assert table.claim("q", "x", 5, at(30)) == []
+    (again,) = table.claim("q", "x", 5, at(30) + ONE_US)
+    assert again.id == held
+    assert again.attempts == job.attempts + 1
+
+
+def test_q4_clock_backwards_the_holder_may_heartbeat_again():
+    table = JobTable()
+    held = add(table, visibility_timeout_s=30)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert not table.heartbeat("q", held, job.attempts, None, at(31))
+    assert table.heartbeat("q", held, job.attempts, 100, at(10))
+    assert table.claim("q", "x", 1, at(50)) == [], "the new deadline is t=110"
+    assert len(table.claim("q", "x", 1, at(110) + ONE_US)) == 1
+
+
+def test_q3_clock_backwards_an_expired_row_dropped_by_a_claim_comes_back():
+    table = JobTable()
+    stale = add(table, expires_in_s=10)
+    # At t=20 the claim pops the expired row and discards it (left for the sweep).
+    assert table.claim("q", "w", 5, at(20)) == []
+    # Back at t=5 it is not expired: it must be claimable.
+    assert ids(table.claim("q", "w", 5, at(5))) == [stale]
+
+
+def test_q3_clock_backwards_then_forwards_hands_each_job_out_exactly_once():
+    table = JobTable()
+    job_ids = [add(table, delay_s=i, priority=i % 3, visibility_timeout_s=1000) for i in range(30)]
+    handed: list[tuple[int, int]] = []
+    for now_s in (5, 0, 12, 3, 20, 29, 1, 40):
+        for job in table.claim("q", "w", 2, at(now_s)):
+            assert job.run_at <= at(now_s), "never handed out before its run_at"
+            handed.append((job.id, job.attempts))
+    handed.extend((job_id, 1) for job_id in drain(table, at(100)))
+    assert len(handed) == len(set(handed))
+    assert sorted(job_id for job_id, _ in handed) == job_ids
+    assert {attempts for _, attempts in handed} == {1}
+
+
+def test_q3_clock_backwards_pre_claim_sweep_only_after_the_deadline():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=30, max_attempts=1)
+    table.claim("q", "w", 1, T0)
+    add(table, at(1))
+    table.claim("q", "w", 1, at(10))  # observe t=10, lease pushed
+    table.claim("q", "w", 1, at(5))  # backwards: rebuild
+    assert table.get("q", job_id).state == "processing"  # type: ignore[union-attr]
+    table.claim("q", "w", 1, at(31))
+    assert table.get("q", job_id).state == "dead"  # type: ignore[union-attr]
+
+
+# -- atomicity when a transition raises ----------------------------------------------------
+
+
+def test_q3_a_claim_that_raises_leaves_the_row_claimable(monkeypatch):
+    """A claim either completes or changes nothing (the table's promise). If the claim
+    transition raises (the engine turns that into EngineError and keeps serving), the row
+    must still be handed out by the next claim: it must not be stranded."""
+    table = JobTable()
+    job_id = add(table)
+    real = _transitions.claimed
+
+    def broken(job, worker_id, now):
+        raise RuntimeError("transition failed")
+
+    monkeypatch.setattr(_transitions, "claimed", broken)
+    with pytest.raises(RuntimeError):
+        table.claim("q", "w", 1, T0)
+    monkeypatch.setattr(_transitions, "claimed", real)
+    assert table.get("q", job_id).state == "pending"  # type: ignore[union-attr]
+    assert ids(table.claim("q", "w", 1, T0)) == [job_id]
+
+
+# -- performance: O(log n) claims, not scans -----------------------------------------------
+
+
+@contextmanager
+def timed() -> Iterator[list[float]]:
+    """Wall time of the block, with the cyclic GC paused so a collection of the 100,000
+    rows does not land inside a measurement."""
+    result: list[float] = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    start = time.perf_counter()
+    try:
+        yield result
+    finally:
+        result.append(time.perf_counter() - start)
+        if gc_was_enabled:
+            gc.enable()
+
+
+def big_table(n: int) -> JobTable:
+    table = JobTable()
+    table.enqueue([spec(priority=i % 7, visibility_timeout_s=30) for i in range(n)], T0)
+    return table
+
+
+def test_q3_perf_100k_jobs_claimed_in_batches_of_1_and_100_with_enqueues():
+    """With 100,000 queued jobs a claim pops from a heap (O(log n)); a claim that scanned
+    the table would cost ~100,000 row checks each, i.e. minutes for this test."""
+    table = big_table(100_000)
+    small = big_table(2_000)
+    seen: set[int] = set()
+
+    with timed() as big_singles:
+        for _ in range(1_000):
+            (job,) = table.claim("q", "w", 1, at(1))
+            seen.add(job.id)
+    with timed() as small_singles:
+        for _ in range(1_000):
+            assert len(small.claim("q", "w", 1, at(1))) == 1
+    assert len(seen) == 1_000
+    assert big_singles[0] < 0.5, f"1,000 single claims of 100,000 rows: {big_singles[0]:.3f}s"
+    # The cost hardly depends on the table size (a scan would be ~50x slower here).
+    assert big_singles[0] < 10 * small_singles[0] + 0.05, (big_singles, small_singles)
+
+    # Drain the rest: single claims, batches of 100 and new enqueues, interleaved.
+    added = 0
+    with timed() as drain_time:
+        while True:
+            now = at(2 + added * 0.001)
+            singles = table.claim("q", "w", 1, now)
+            batch = table.claim("q", "w", 100, now)
+            for job in (*singles, *batch):
+                assert job.id not in seen, "handed out twice"
+                seen.add(job.id)
+            if not singles and not batch:
+                break
+            if added < 500:
+                add(table, now, priority=added % 11)
+                added += 1
+    assert len(seen) == 100_000 + added
+    assert drain_time[0] < 5.0, f"draining 100,000 rows took {drain_time[0]:.3f}s"
+
+
+def test_q3_perf_lapsed_leases_are_reclaimed_without_a_scan():
+    table = big_table(10_000)
+    while table.claim("q", "w", 1000, T0):
+        pass
+    # 10,000 leases lapse together; single claims then pick them up one by one.
+    with timed() as elapsed:
+        for _ in range(1_000):
+            (job,) = table.claim("q", "x", 1, at(31))
+            assert job.attempts == 2
+    assert elapsed[0] < 1.0, f"1,000 reclaims took {elapsed[0]:.3f}s"
