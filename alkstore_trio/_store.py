@@ -11,8 +11,9 @@ and the store makes the rest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -30,10 +31,10 @@ from ._errors import HandleConsumed, InvalidArgument, StoreClosed
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import AsyncIterator, Iterable, Sequence
+    from collections.abc import AsyncIterator, Iterable
     from datetime import datetime
 
-    from ._engines._protocol import Backend, TransactionBackend
+    from ._engines._protocol import Backend, SqlParams, TransactionBackend
     from ._engines._wake import WakeListener
 
 
@@ -503,3 +504,36 @@ class Transaction:
         specs = self._store._specs(name, opts, [payload], priority, delay_s, run_at, max_attempts)
         (job_id,) = await self._backend.enqueue(specs)
         return job_id
+
+    async def execute(self, sql: str, params: SqlParams | None = None) -> None:
+        """Run your own statement inside the transaction (PostgreSQL only), so that your
+        business rows and your jobs commit or roll back together.
+
+        Args:
+            sql: One statement, with ``%s`` (or ``%(name)s``) placeholders. Never
+                format values into it: pass them in ``params``.
+            params: The values for the placeholders, sent separately from the query.
+
+        Raises:
+            InvalidArgument: ``sql`` is not a non-empty str, or the engine runs no SQL
+                (the in-memory engine).
+            EngineError: the database rejected the statement (the transaction then
+                rolls back when the block ends); the driver's error is ``__cause__``.
+        """
+        await self.fetch(sql, params)
+
+    async def fetch(self, sql: str, params: SqlParams | None = None) -> list[tuple[Any, ...]]:
+        """Like :meth:`execute`, and return the statement's rows as tuples (``[]`` when it
+        returns none)."""
+        self._store._check_open()
+        if self._finished:
+            raise HandleConsumed("this transaction already ended; open a new one")
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument(f"sql must be a non-empty str; got {type(sql).__name__}")
+        if params is not None and (
+            isinstance(params, str | bytes) or not isinstance(params, Sequence | Mapping)
+        ):
+            raise InvalidArgument(
+                f"params must be a sequence or a mapping of values; got {type(params).__name__}"
+            )
+        return await self._backend.fetch(sql, params)

@@ -17,12 +17,16 @@ import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
 from .._core import EnqueueSpec, Job, JobTable, SweepResult
-from .._errors import EngineError, HandleConsumed, StoreClosed
+from .._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
+from ._nursery import open_background_nursery
+
+if TYPE_CHECKING:
+    from ._protocol import SqlParams
 from ._wake import WakeHub, WakeListener
 
 T = TypeVar("T")
@@ -96,7 +100,7 @@ class MemoryBackend:
             except trio.EndOfChannel:
                 raise StoreClosed("the store was closed before answering") from None
         if ok:
-            return value  # type: ignore[return-value]
+            return value  # type: ignore[no-any-return]
         assert isinstance(value, Exception)
         if isinstance(value, EngineError):
             raise value
@@ -191,6 +195,12 @@ class MemoryTransaction:
         self._rows.extend(zip(ids, specs, strict=True))
         return ids
 
+    async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
+        await trio.lowlevel.checkpoint()
+        raise InvalidArgument(
+            "the in-memory engine runs no SQL: tx.execute() and tx.fetch() need a PostgreSQL store"
+        )
+
     async def _commit(self) -> None:
         if self._finished:
             raise HandleConsumed("this transaction already ended")
@@ -213,7 +223,7 @@ async def open_memory_backend(clock: Clock) -> AsyncIterator[MemoryBackend]:
     """Run an in-memory engine actor for the duration of the block."""
     inbox, requests = trio.open_memory_channel[_Request](math.inf)
     backend = MemoryBackend(clock, inbox)
-    async with trio.open_nursery() as nursery:
+    async with open_background_nursery() as nursery:
         nursery.start_soon(backend._serve, requests)
         try:
             yield backend

@@ -8,14 +8,18 @@ boundary; a call after :meth:`Backend.aclose` raises :class:`~alkstore_trio.Stor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
     from .._core import EnqueueSpec, Job, SweepResult
     from ._wake import WakeListener
+
+
+#: Values for a statement's ``%s`` (a sequence) or ``%(name)s`` (a mapping) placeholders.
+SqlParams: TypeAlias = Sequence[object] | Mapping[str, object]
 
 
 class TransactionBackend(Protocol):
@@ -23,6 +27,10 @@ class TransactionBackend(Protocol):
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
         """Write rows that become visible, and wake their queues, only at commit."""
+        ...
+
+    async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
+        """Run the caller's own statement in the transaction; its rows (or ``[]``)."""
         ...
 
 

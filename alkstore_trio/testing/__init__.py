@@ -2,8 +2,32 @@
 
 - :class:`ManualClock`: a clock that moves only when told to.
 - :class:`EngineHarness` / :class:`MemoryHarness`: how the suites drive one engine.
+- :func:`check_conformance` / :data:`CONFORMANCE_CHECKS`: the contract (Q1-Q12) as one
+  suite every engine must pass.
+- :class:`ReferenceModel`: a naive, obviously-correct oracle of the contract.
+- :func:`check_engine_against_model` / :func:`engine_vs_model_test`: model-check an
+  engine against the :class:`ReferenceModel` (needs Hypothesis; imported on first use).
 """
 
+from typing import TYPE_CHECKING
+
 from ._clock import ManualClock as ManualClock
+from ._conformance import CONFORMANCE_CHECKS as CONFORMANCE_CHECKS
+from ._conformance import check_conformance as check_conformance
 from ._harness import EngineHarness as EngineHarness
 from ._harness import MemoryHarness as MemoryHarness
+from ._model import ReferenceModel as ReferenceModel
+
+# The state machine needs Hypothesis, an optional dependency: import it on first use.
+_STATEMACHINE_NAMES = frozenset({"check_engine_against_model", "engine_vs_model_test"})
+if TYPE_CHECKING:
+    from ._statemachine import check_engine_against_model as check_engine_against_model
+    from ._statemachine import engine_vs_model_test as engine_vs_model_test
+
+
+def __getattr__(name: str) -> object:
+    if name in _STATEMACHINE_NAMES:
+        from . import _statemachine
+
+        return getattr(_statemachine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

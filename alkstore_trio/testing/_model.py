@@ -1,0 +1,540 @@
+"""The reference model: the queue contract (Q1-Q10) written as naively as possible.
+
+Why a second implementation: the pure core (``alkstore_trio._core``) is written to be
+fast (heaps, generations, stale entries), and fast code hides bugs. This model is written
+to be *obviously* correct instead: every row sits in one plain dict, and every operation
+is a linear scan that reads like the contract's sentence. A claim sorts every row of the
+queue by the contract's order and takes the first ``n``; a sweep looks at every row. It
+shares nothing with the core but the record types (``Job``, ``QueueOpts``,
+``SweepResult``), so a mistake in the core's transitions, claim order, backoff curve or
+indexes shows up as a disagreement with the model.
+
+The model is synchronous, reads no clock (``now``, a UTC datetime, is an argument of every
+operation that depends on time) and validates nothing: it is fed only arguments the public
+API already accepted. It also mirrors two decisions of the public facade that an engine cannot see
+(``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
+``rng.randint`` per ``retry`` without ``delay_s`` whose claim token is below the job's
+``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
+reserved at ``tx.enqueue`` and the rows inserted at commit).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Literal
+
+from .._core import Job, QueueOpts, SweepResult
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+__all__ = ["ModelTransaction", "ReferenceModel", "model_backoff_delay_s"]
+
+#: The ``last_error`` texts the contract prescribes (Q3, Q4, Q9).
+_MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
+_FAILED = "failed"
+_EXPIRED = "expired"
+#: The stamps of a row enqueued by queue name, without a handle (Q1).
+_DEFAULT_OPTS = QueueOpts()
+
+
+def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
+    """Q5 (equal jitter) and decision 12, computed step by step from the contract text.
+
+    Args:
+        base_s: The row's ``backoff_base_s``.
+        attempt: The row's post-claim ``attempts`` (>= 1).
+        rng: The random source; exactly one ``randint`` call is made.
+
+    Returns:
+        An integer number of seconds in ``[ceil(cap / 2), floor(cap)]``, or ``ceil(cap / 2)``
+        when that interval is empty (a cap below one second).
+    """
+    exponent = min(attempt - 1, 30)
+    cap = min(base_s * 2**exponent, 3600)
+    low = math.ceil(cap / 2)
+    high = math.floor(cap)
+    if high < low:
+        high = low
+    return rng.randint(low, high)
+
+
+def _after(now: datetime, seconds: float) -> datetime:
+    return now + timedelta(seconds=float(seconds))
+
+
+@dataclass(frozen=True)
+class _Stamps:
+    """What a job handle knows about its job for ever: used for the backoff draw."""
+
+    queue: str
+    max_attempts: int
+    backoff_base_s: float
+
+
+@dataclass(frozen=True)
+class _PendingInsert:
+    job_id: int
+    queue: str
+    payload: bytes
+    opts: QueueOpts
+    priority: int
+    delay_s: float | None
+    run_at: datetime | None
+    max_attempts: int | None
+
+
+@dataclass
+class ModelTransaction:
+    """A transaction of the :class:`ReferenceModel` (Q10, decision 7).
+
+    :meth:`enqueue` reserves the id at once; :meth:`commit` inserts every row with the
+    commit's ``now``; :meth:`rollback` drops them (their ids are never used again).
+    Made by :meth:`ReferenceModel.transaction`.
+    """
+
+    model: ReferenceModel
+    _rows: list[_PendingInsert] = field(default_factory=list)
+    _state: Literal["open", "committed", "rolled back"] = "open"
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: bytes | bytearray | memoryview,
+        *,
+        opts: QueueOpts | None = None,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Reserve an id and buffer one row, as ``tx.enqueue`` does.
+
+        Args:
+            queue: The queue name.
+            payload: The job's bytes.
+            opts: The enqueuing handle's stamps; ``None`` for a bare queue name (the
+                defaults 300 / 3 / 5 / None).
+            priority: As Q2.
+            delay_s: As Q2.
+            run_at: As Q2.
+            max_attempts: As Q2.
+
+        Returns:
+            The reserved job id.
+        """
+        if self._state != "open":
+            raise RuntimeError(f"model transaction already {self._state}")
+        job_id = self.model._reserve_id()
+        self._rows.append(
+            _PendingInsert(
+                job_id=job_id,
+                queue=queue,
+                payload=bytes(payload),
+                opts=_DEFAULT_OPTS if opts is None else opts,
+                priority=priority,
+                delay_s=delay_s,
+                run_at=run_at,
+                max_attempts=max_attempts,
+            )
+        )
+        return job_id
+
+    def commit(self, *, now: datetime) -> list[int]:
+        """Insert the buffered rows, all resolved with this ``now``; returns their ids."""
+        if self._state != "open":
+            raise RuntimeError(f"model transaction already {self._state}")
+        self._state = "committed"
+        for row in self._rows:
+            self.model._insert(
+                row.job_id,
+                row.queue,
+                row.payload,
+                row.opts,
+                priority=row.priority,
+                delay_s=row.delay_s,
+                run_at=row.run_at,
+                max_attempts=row.max_attempts,
+                now=now,
+            )
+        return [row.job_id for row in self._rows]
+
+    def rollback(self) -> None:
+        """Drop the buffered rows."""
+        if self._state != "open":
+            raise RuntimeError(f"model transaction already {self._state}")
+        self._state = "rolled back"
+        self._rows.clear()
+
+
+class ReferenceModel:
+    """A naive, obviously-correct oracle of the queue contract (Q1-Q10).
+
+    Every row, live or dead, is one :class:`~alkstore_trio.Job` in a plain dict; every
+    operation is a linear scan. Methods mirror the public API, with the queue name as first
+    argument, claim tokens passed explicitly, and the time passed as ``now``. Arguments
+    are not validated: feed the model only what the public API accepted.
+
+    Args:
+        rng: The random source of the backoff draw. Seed it like the store's
+            (``open_store(..., rng=random.Random(seed))``) and the model draws the same
+            delays in the same situations (decision 2). Default: ``random.Random(0)``.
+
+    Example::
+
+        model = ReferenceModel(rng=random.Random(7))
+        job_id = model.enqueue("emails", b"hi", opts=QueueOpts(), now=t0)
+        (job,) = model.claim("emails", "w1", 1, now=t0)
+        assert model.ack("emails", job.id, job.attempts, now=t0)
+    """
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.rng = random.Random(0) if rng is None else rng
+        self._rows: dict[int, Job] = {}
+        self._stamps: dict[int, _Stamps] = {}
+        self._next_id = 1
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get_job(self, queue: str, job_id: int) -> Job | None:
+        """Q8: this queue's row with this id, live or dead; ``None`` otherwise."""
+        job = self._rows.get(job_id)
+        if job is None or job.queue != queue:
+            return None
+        return job
+
+    def jobs(self) -> list[Job]:
+        """Every row, live and dead, in id order."""
+        return [self._rows[job_id] for job_id in sorted(self._rows)]
+
+    def issued_ids(self) -> list[int]:
+        """Every id handed out so far (enqueued or reserved by a transaction), in order."""
+        return list(range(1, self._next_id))
+
+    # -- Q2 enqueue --------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: bytes | bytearray | memoryview,
+        *,
+        opts: QueueOpts | None = None,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        now: datetime,
+    ) -> int:
+        """Q2: one new pending row stamped with ``opts``; returns its id.
+
+        Args:
+            queue: The queue name.
+            payload: The job's bytes.
+            opts: The stamps (the enqueuing handle's options); ``None`` = the defaults.
+            priority: Larger runs first.
+            delay_s: Run at ``now + delay_s`` (wins over ``run_at``).
+            run_at: Run at this time.
+            max_attempts: The per-job override of ``opts.max_attempts``.
+            now: The operation's clock read.
+        """
+        (job_id,) = self.enqueue_many(
+            queue,
+            [payload],
+            opts=opts,
+            priority=priority,
+            delay_s=delay_s,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            now=now,
+        )
+        return job_id
+
+    def enqueue_many(
+        self,
+        queue: str,
+        payloads: Sequence[bytes | bytearray | memoryview],
+        *,
+        opts: QueueOpts | None = None,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        now: datetime,
+    ) -> list[int]:
+        """Q2: many rows with one ``now``, ids in payload order (``[]`` for none).
+
+        Takes the same arguments as :meth:`enqueue`, applied to every payload.
+        """
+        ids = []
+        for payload in payloads:
+            job_id = self._reserve_id()
+            self._insert(
+                job_id,
+                queue,
+                bytes(payload),
+                _DEFAULT_OPTS if opts is None else opts,
+                priority=priority,
+                delay_s=delay_s,
+                run_at=run_at,
+                max_attempts=max_attempts,
+                now=now,
+            )
+            ids.append(job_id)
+        return ids
+
+    # -- Q10 transactions --------------------------------------------------------------
+
+    def transaction(self) -> ModelTransaction:
+        """Q10: a transaction that reserves ids now and inserts rows at commit."""
+        return ModelTransaction(self)
+
+    # -- Q3 claim ----------------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, n: int, *, now: datetime) -> list[Job]:
+        """Q3: the pre-claim sweep, then up to ``n`` claims, best first.
+
+        Returns:
+            Snapshots of the claimed rows (post-claim ``attempts``), in claim order.
+        """
+        if n <= 0:
+            return []
+        # 1. Pre-claim sweep: lapsed claims with no attempts left go to dead.
+        for job in self._live(queue):
+            if self._reclaimable(job, now) and job.attempts >= job.max_attempts:
+                self._kill(job, _MAX_ATTEMPTS_EXCEEDED, now)
+        # 2. Pick: every claimable row, sorted by the contract's order, the first n.
+        candidates = []
+        for job in self._live(queue):
+            if self._expired(job, now):
+                continue
+            ready = job.state == "pending" and job.run_at <= now
+            reclaim = self._reclaimable(job, now) and job.attempts < job.max_attempts
+            if ready or reclaim:
+                candidates.append(job)
+        candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        # 3. Claim them.
+        out = []
+        for job in candidates[:n]:
+            claimed = replace(
+                job,
+                state="processing",
+                attempts=job.attempts + 1,
+                claimed_by=worker_id,
+                claimed_at=now,
+                claim_expires_at=_after(now, job.visibility_timeout_s),
+            )
+            self._rows[job.id] = claimed
+            out.append(claimed)
+        return out
+
+    # -- Q4 handle operations ----------------------------------------------------------
+
+    def heartbeat(
+        self,
+        queue: str,
+        job_id: int,
+        token: int,
+        extend_s: float | None = None,
+        *,
+        now: datetime,
+    ) -> bool:
+        """Q4 heartbeat: ``claim_expires_at = now + (extend_s or visibility_timeout_s)``."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        extend = job.visibility_timeout_s if extend_s is None else extend_s
+        self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend))
+        return True
+
+    def ack(self, queue: str, job_id: int, token: int, *, now: datetime) -> bool:
+        """Q4 ack: delete the validly claimed row."""
+        if self._valid(queue, job_id, token, now) is None:
+            return False
+        del self._rows[job_id]
+        return True
+
+    def retry(
+        self,
+        queue: str,
+        job_id: int,
+        token: int,
+        error: str | None = None,
+        delay_s: float | None = None,
+        *,
+        now: datetime,
+    ) -> bool:
+        """Q4 retry: dead at budget, else pending again after the delay.
+
+        Like ``JobHandle.retry`` (decision 2), the backoff delay is drawn from
+        :attr:`rng` before the validity check, whenever ``delay_s`` is ``None`` and the
+        claim token is below the job's ``max_attempts``.
+        """
+        stamps = self._stamps.get(job_id)
+        delay = delay_s
+        if delay is None and stamps is not None and token < stamps.max_attempts:
+            delay = model_backoff_delay_s(stamps.backoff_base_s, token, self.rng)
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        if job.attempts >= job.max_attempts:
+            self._kill(job, _MAX_ATTEMPTS_EXCEEDED if error is None else error, now)
+            return True
+        assert delay is not None
+        self._rows[job_id] = replace(
+            job,
+            state="pending",
+            run_at=_after(now, delay),
+            last_error=error,
+            claimed_by=None,
+            claimed_at=None,
+            claim_expires_at=None,
+        )
+        return True
+
+    def fail(
+        self, queue: str, job_id: int, token: int, error: str | None = None, *, now: datetime
+    ) -> bool:
+        """Q4 fail: dead now, ``last_error = error`` or ``"failed"``."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        self._kill(job, _FAILED if error is None else error, now)
+        return True
+
+    # -- Q6, Q7, Q9 --------------------------------------------------------------------
+
+    def ack_batch(self, queue: str, ids: Iterable[int], *, now: datetime) -> int:
+        """Q6: delete each distinct id of this queue that is processing within its
+        deadline, whoever holds it; returns how many were deleted."""
+        count = 0
+        seen: list[int] = []
+        for job_id in ids:
+            if job_id in seen:
+                continue
+            seen.append(job_id)
+            job = self._rows.get(job_id)
+            if (
+                job is not None
+                and job.queue == queue
+                and job.state == "processing"
+                and job.claim_expires_at is not None
+                and now <= job.claim_expires_at
+            ):
+                del self._rows[job_id]
+                count += 1
+        return count
+
+    def cancel(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
+        """Q7: delete this queue's live row, pending or processing (``now`` is unused:
+        cancel does not depend on time)."""
+        del now
+        job = self._rows.get(job_id)
+        if job is None or job.queue != queue or job.state == "dead":
+            return False
+        del self._rows[job_id]
+        return True
+
+    def sweep_expired(self, queue: str, retention_s: float | None, *, now: datetime) -> SweepResult:
+        """Q9: expired live rows go to dead (``"expired"``), then dead rows older than
+        ``retention_s`` are deleted (``None``: never)."""
+        expired = 0
+        for job in self._live(queue):
+            if self._expired(job, now):
+                self._kill(job, _EXPIRED, now)
+                expired += 1
+        purged = 0
+        if retention_s is not None:
+            for job in list(self._rows.values()):
+                if (
+                    job.queue == queue
+                    and job.state == "dead"
+                    and job.died_at is not None
+                    and _after(job.died_at, retention_s) < now
+                ):
+                    del self._rows[job.id]
+                    purged += 1
+        return SweepResult(expired, purged)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _reserve_id(self) -> int:
+        job_id = self._next_id
+        self._next_id += 1
+        return job_id
+
+    def _insert(
+        self,
+        job_id: int,
+        queue: str,
+        payload: bytes,
+        opts: QueueOpts,
+        *,
+        priority: int,
+        delay_s: float | None,
+        run_at: datetime | None,
+        max_attempts: int | None,
+        now: datetime,
+    ) -> None:
+        if delay_s is not None:
+            resolved_run_at = _after(now, delay_s)
+        elif run_at is not None:
+            resolved_run_at = run_at.astimezone(UTC)  # Q8: every timestamp reads back in UTC
+        else:
+            resolved_run_at = now
+        resolved_max = opts.max_attempts if max_attempts is None else max_attempts
+        self._stamps[job_id] = _Stamps(queue, resolved_max, float(opts.backoff_base_s))
+        self._rows[job_id] = Job(
+            id=job_id,
+            queue=queue,
+            payload=payload,
+            priority=priority,
+            state="pending",
+            attempts=0,
+            max_attempts=resolved_max,
+            run_at=resolved_run_at,
+            enqueued_at=now,
+            visibility_timeout_s=float(opts.visibility_timeout_s),
+            backoff_base_s=float(opts.backoff_base_s),
+            expires_at=None if opts.expires_in_s is None else _after(now, opts.expires_in_s),
+            claimed_by=None,
+            claimed_at=None,
+            claim_expires_at=None,
+            last_error=None,
+            died_at=None,
+        )
+
+    def _live(self, queue: str) -> list[Job]:
+        return [job for job in self.jobs() if job.queue == queue and job.state != "dead"]
+
+    @staticmethod
+    def _expired(job: Job, now: datetime) -> bool:
+        return job.expires_at is not None and now > job.expires_at
+
+    @staticmethod
+    def _reclaimable(job: Job, now: datetime) -> bool:
+        return (
+            job.state == "processing"
+            and job.claim_expires_at is not None
+            and now > job.claim_expires_at
+        )
+
+    def _valid(self, queue: str, job_id: int, token: int, now: datetime) -> Job | None:
+        """The validity predicate V, or ``None`` when it does not hold."""
+        job = self._rows.get(job_id)
+        if (
+            job is None
+            or job.queue != queue
+            or job.state != "processing"
+            or job.attempts != token
+            or job.claim_expires_at is None
+            or now > job.claim_expires_at
+        ):
+            return None
+        return job
+
+    def _kill(self, job: Job, error: str, now: datetime) -> None:
+        """A dead-letter move; the claim fields are kept (decision 1)."""
+        self._rows[job.id] = replace(job, state="dead", last_error=error, died_at=now)

@@ -1,0 +1,209 @@
+"""The conformance suite (``alkstore_trio.testing``), one pytest test per check and
+engine, plus proof that the suite can fail.
+
+The tests are generated: for every check ``q<N>_<what>`` in
+:data:`~alkstore_trio.testing.CONFORMANCE_CHECKS` this module defines
+``test_q<N>_<what>``, parametrized by the ``harness`` fixture of ``conftest.py``
+(``test_q3_claim_order_is_priority_then_run_at_then_id[memory]``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from alkstore_trio import Job, Store, SweepResult
+from alkstore_trio._core import JobTable
+from alkstore_trio.testing import (
+    CONFORMANCE_CHECKS,
+    EngineHarness,
+    MemoryHarness,
+    check_conformance,
+)
+
+
+def _make_test(
+    check: Callable[[EngineHarness], Awaitable[None]],
+) -> Callable[[EngineHarness], Awaitable[None]]:
+    async def test(harness: EngineHarness) -> None:
+        await check(harness)
+
+    test.__name__ = test.__qualname__ = f"test_{check.__name__}"
+    test.__doc__ = check.__doc__
+    return test
+
+
+for _check in CONFORMANCE_CHECKS:
+    globals()[f"test_{_check.__name__}"] = _make_test(_check)
+del _check
+
+
+def test_every_check_is_named_after_a_rule() -> None:
+    names = [check.__name__ for check in CONFORMANCE_CHECKS]
+    assert len(set(names)) == len(names), "two checks share a name"
+    rules = {name.split("_", 1)[0] for name in names}
+    assert rules == {f"q{n}" for n in range(1, 13)}, f"rules covered: {sorted(rules)}"
+
+
+async def test_check_conformance_passes_on_the_memory_engine() -> None:
+    await check_conformance(MemoryHarness())
+
+
+async def test_check_conformance_runs_only_the_named_checks() -> None:
+    calls: list[str] = []
+
+    class CountingHarness(MemoryHarness):
+        def open_store(  # type: ignore[override]
+            self, *, rng: random.Random | None = None
+        ) -> AbstractAsyncContextManager[Store]:
+            calls.append("open")
+            return super().open_store(rng=rng)
+
+    await check_conformance(CountingHarness(), only=["q4_ack_deletes_the_row"])
+    assert calls == ["open"]
+    with pytest.raises(ValueError, match="no_such_check"):
+        await check_conformance(MemoryHarness(), only=["no_such_check"])
+    with pytest.raises(ValueError, match="iterable of check names"):
+        await check_conformance(MemoryHarness(), only="q4_ack_deletes_the_row")
+
+
+# -- the suite can fail -----------------------------------------------------------------
+#
+# Broken engines, built at the harness level: a MemoryHarness whose stores run a
+# subclass of the in-memory engine's job table with one rule broken. Nothing in the
+# library is edited; each broken table is swapped in while the store is still empty.
+
+
+class _DeadlineBlindTable(JobTable):
+    """Ignores the deadline: a holder's operations are judged as if the lease were
+    still running."""
+
+    def _as_if_in_time(self, queue: str, job_id: int, now: datetime) -> datetime:
+        job = self.get(queue, job_id)
+        if job is not None and job.claim_expires_at is not None:
+            return min(now, job.claim_expires_at)
+        return now
+
+    def heartbeat(
+        self, queue: str, job_id: int, token: int, extend_s: float | None, now: datetime
+    ) -> bool:
+        return super().heartbeat(
+            queue, job_id, token, extend_s, self._as_if_in_time(queue, job_id, now)
+        )
+
+    def ack(self, queue: str, job_id: int, token: int, now: datetime) -> bool:
+        return super().ack(queue, job_id, token, self._as_if_in_time(queue, job_id, now))
+
+    def retry(
+        self,
+        queue: str,
+        job_id: int,
+        token: int,
+        error: str | None,
+        delay_s: float | None,
+        now: datetime,
+    ) -> bool:
+        return super().retry(
+            queue, job_id, token, error, delay_s, self._as_if_in_time(queue, job_id, now)
+        )
+
+    def fail(self, queue: str, job_id: int, token: int, error: str | None, now: datetime) -> bool:
+        return super().fail(queue, job_id, token, error, self._as_if_in_time(queue, job_id, now))
+
+
+class _WorstFirstTable(JobTable):
+    """Hands out the *worst* claimable rows first (the claim order reversed): it claims
+    every claimable row, keeps the last n and puts the others back as they were."""
+
+    def claim(self, queue: str, worker_id: str, n: int, now: datetime) -> list[Job]:
+        before = {job.id: job for job in self.jobs() if job.queue == queue}
+        everything = super().claim(queue, worker_id, len(before) + 1, now)
+        kept = everything[::-1][:n]
+        for job in everything[::-1][n:]:
+            self._set_live(before[job.id], now)
+        return kept
+
+
+class _LazySweepTable(JobTable):
+    """Never expires anything: the sweep only purges."""
+
+    def sweep_expired(self, queue: str, retention_s: float | None, now: datetime) -> SweepResult:
+        return SweepResult(0, 0)
+
+
+class _BrokenHarness(MemoryHarness):
+    table_class: type[JobTable] = JobTable
+
+    @asynccontextmanager
+    async def open_store(self, *, rng: random.Random | None = None) -> AsyncIterator[Store]:
+        async with super().open_store(rng=rng) as store:
+            backend: Any = store._backend
+            assert len(backend._table) == 0
+            backend._table = self.table_class()
+            yield store
+
+
+class _DeadlineBlindHarness(_BrokenHarness):
+    name = "deadline-blind"
+    table_class = _DeadlineBlindTable
+
+
+class _WorstFirstHarness(_BrokenHarness):
+    name = "worst-first"
+    table_class = _WorstFirstTable
+
+
+class _LazySweepHarness(_BrokenHarness):
+    name = "lazy-sweep"
+    table_class = _LazySweepTable
+
+
+@pytest.mark.parametrize(
+    ("harness_class", "must_fail"),
+    [
+        pytest.param(
+            _DeadlineBlindHarness,
+            {
+                "q4_claim_lapses_one_instant_after_the_deadline",
+                "q4_late_heartbeat_is_refused",
+                "q4_heartbeat_does_not_consume_the_handle",
+                "q6_ack_batch_deletes_only_valid_claims_of_this_queue",
+            },
+            id="deadline-blind",
+        ),
+        pytest.param(
+            _WorstFirstHarness,
+            {
+                "q3_claim_order_is_priority_then_run_at_then_id",
+                "q3_claim_batch_takes_the_best_n",
+                "q3_reclaimable_rows_take_their_place_in_the_order",
+                "q2_priority_accepts_the_int32_range",
+            },
+            id="worst-first",
+        ),
+        pytest.param(
+            _LazySweepHarness,
+            {
+                "q9_sweep_dead_letters_expired_pending_and_processing_rows",
+                "q9_retention_zero_purges_dead_rows_after_their_death_instant",
+                "q9_sweep_is_scoped_to_its_queue",
+                "q4_dead_letter_moves_are_atomic",
+            },
+            id="lazy-sweep",
+        ),
+    ],
+)
+async def test_a_broken_engine_is_caught(
+    harness_class: type[_BrokenHarness], must_fail: set[str]
+) -> None:
+    with pytest.raises(AssertionError) as caught:
+        await check_conformance(harness_class())
+    report = str(caught.value)
+    failed = {line[2:].split(":", 1)[0] for line in report.splitlines() if line.startswith("- ")}
+    assert must_fail <= failed, f"not caught: {sorted(must_fail - failed)}\n{report}"
+    assert report.startswith(f"engine {harness_class.name!r} failed")
