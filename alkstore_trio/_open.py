@@ -32,6 +32,14 @@ def _redacted(url: object) -> str:
     return f"{scheme}://..." if sep else "a string without a scheme"
 
 
+def _is_postgres(url: str) -> bool:
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme in ("postgresql", "postgres"):
+        return True
+    # A libpq key/value conninfo such as "host=db dbname=jobs".
+    return not scheme and "=" in url
+
+
 @asynccontextmanager
 async def open_store(
     url: str,
@@ -39,6 +47,11 @@ async def open_store(
     clock: Clock | None = None,
     rng: random.Random | None = None,
     max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES,
+    schema: str = "alkstore",
+    pool_size: int = 10,
+    connect_timeout_s: float = 10.0,
+    migrate: str = "check",
+    application_name: str = "alkstore_trio",
 ) -> AsyncIterator[Store]:
     """Open a job store for the duration of an ``async with`` block.
 
@@ -49,16 +62,30 @@ async def open_store(
             await emails.enqueue(b'{"to": "ada@example.com"}')
 
     Args:
-        url: Which engine: ``"memory://"`` for the embedded in-memory engine.
+        url: Which engine: ``"memory://"`` for the embedded in-memory engine, or a
+            PostgreSQL URL (``postgresql://user@host/db``) or libpq conninfo
+            (``"host=db dbname=jobs"``) for the PostgreSQL engine.
         clock: In-memory engine only: anything with ``now()`` returning a timezone-aware
             UTC datetime (default: the wall clock). Tests pass a
-            :class:`alkstore_trio.testing.ManualClock`.
+            :class:`alkstore_trio.testing.ManualClock`. PostgreSQL always uses the
+            database server's clock.
         rng: The random source of the retry backoff draw (default: a fresh
             ``random.Random()``); pass a seeded one for reproducible delays.
         max_payload_bytes: The largest payload accepted, in bytes (default 1 MiB).
+        schema: PostgreSQL only: the schema holding the tables (always quoted).
+        pool_size: PostgreSQL only: the most connections the store holds at once (plus
+            one for LISTEN once a wake listener is open).
+        connect_timeout_s: PostgreSQL only: how long to keep trying to connect.
+        migrate: PostgreSQL only: ``"check"`` (default) raises :class:`SchemaError`
+            unless the schema is at this library's version; ``"apply"`` migrates it
+            first (serialized by an advisory lock).
+        application_name: PostgreSQL only: shown in ``pg_stat_activity`` (the LISTEN
+            session gets a ``:listen`` suffix).
 
     Raises:
         InvalidArgument: the URL or an option is invalid.
+        SchemaError: PostgreSQL: the schema is missing, older or newer.
+        EngineError: PostgreSQL: the database cannot be reached.
     """
     if not isinstance(url, str):
         raise InvalidArgument(f"url must be a str such as 'memory://'; got {_redacted(url)}")
@@ -71,7 +98,7 @@ async def open_store(
         )
     max_bytes = v.check_int("max_payload_bytes", max_payload_bytes, lo=0, hi=2**30)
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    if url == "memory://" or scheme == "memory":
+    if scheme == "memory":
         async with open_memory_backend(clock or WallClock()) as backend:
             store = Store(backend, rng=rng or random.Random(), max_payload_bytes=max_bytes)
             try:
@@ -79,6 +106,27 @@ async def open_store(
             finally:
                 store._closed = True
         return
+    if _is_postgres(url):
+        if clock is not None:
+            raise InvalidArgument(
+                "clock is for the in-memory engine only; PostgreSQL uses the database clock"
+            )
+        from ._engines._postgres import _backend as pg  # psycopg is an optional extra
+
+        options = pg.check_options(
+            schema=schema,
+            pool_size=pool_size,
+            connect_timeout_s=connect_timeout_s,
+            migrate=migrate,
+            application_name=application_name,
+        )
+        async with pg.open_postgres_backend(url, **options) as pg_backend:
+            store = Store(pg_backend, rng=rng or random.Random(), max_payload_bytes=max_bytes)
+            try:
+                yield store
+            finally:
+                store._closed = True
+        return
     raise InvalidArgument(
-        f"url must start with 'memory://' (the only engine in this version); got {_redacted(url)}"
+        f"url must be 'memory://', a postgresql:// URL or a libpq conninfo; got {_redacted(url)}"
     )

@@ -1,0 +1,472 @@
+"""The PostgreSQL engine: the contract as single SQL statements over a trio-native pool.
+
+Every operation is one statement (see ``sql/queries.sql``) on a pooled connection in
+autocommit mode, so every operation is one atomic transaction and one round trip. The
+database serializes transitions with row locks; claims skip locked rows. The clock is the
+database's (``alk_now()``), read once per statement.
+
+Wakes: an enqueue NOTIFYs its queue's channel in the same statement (delivered at commit,
+never on rollback). A dedicated LISTEN connection, owned by a listener task, forwards
+notifications into the store's :class:`WakeHub`; it reconnects with capped backoff and
+wakes everyone after reconnecting, since notifications sent while it was away are lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, TypedDict
+
+import psycopg
+import psycopg.conninfo
+import trio
+
+from ..._core import FAILED, EnqueueSpec, Job, SweepResult
+from ..._core import _validate as v
+from ..._errors import EngineError, StoreClosed
+from .._nursery import open_background_nursery
+from .._wake import WakeHub, WakeListener
+from . import _driver, _pool, _schema, _sql
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+    from .._protocol import SqlParams
+    from ._pool import Pool
+
+logger = logging.getLogger("alkstore_trio.postgres")
+
+_LISTEN_BACKOFF_START_S: Final = 0.05
+_LISTEN_BACKOFF_MAX_S: Final = 5.0
+
+
+def _job(row: Sequence[Any]) -> Job:
+    """A result row in the column order of the queries (the Job fields) as a Job."""
+    return Job(
+        id=row[0],
+        queue=row[1],
+        payload=bytes(row[2]),
+        priority=row[3],
+        state=row[4],
+        attempts=row[5],
+        max_attempts=row[6],
+        run_at=_utc(row[7]),
+        enqueued_at=_utc(row[8]),
+        visibility_timeout_s=row[9],
+        backoff_base_s=row[10],
+        expires_at=_utc_or_none(row[11]),
+        claimed_by=row[12],
+        claimed_at=_utc_or_none(row[13]),
+        claim_expires_at=_utc_or_none(row[14]),
+        last_error=row[15],
+        died_at=_utc_or_none(row[16]),
+    )
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def _engine_error(exc: BaseException) -> EngineError:
+    return EngineError(f"PostgreSQL operation failed: {type(exc).__name__}: {exc}")
+
+
+class PostgresBackend:
+    """One store's view of one schema in one database."""
+
+    def __init__(
+        self,
+        pool: Pool[_driver.Connection],
+        *,
+        schema: str,
+        listen_connect: Callable[[], Awaitable[_driver.Connection]],
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._q = _sql.queries(schema)
+        self._listen_connect = listen_connect
+        self.wakes = WakeHub()
+        self._closed = False
+        self._channels: dict[str, str] = {}  # channel -> queue
+        self._listening: set[str] = set()
+        self._listen_changed = trio.Event()
+        self._listen_progress = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._listener_started = False
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _channel(self, queue: str) -> str:
+        channel = _sql.wake_channel(self._schema, queue)
+        self._channels.setdefault(channel, queue)
+        return channel
+
+    async def _run(self, name: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        try:
+            async with self._pool.connection() as conn:
+                return await conn.execute(self._q[name], params)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        except _pool.PoolClosed as exc:
+            raise StoreClosed("the store is closed") from exc
+
+    # -- the backend protocol ----------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+        ids: list[int] = []
+        for group in _groups(specs):
+            rows = await self._run("enqueue", self._enqueue_params(group))
+            ids.extend(row[0] for row in rows)
+        return ids
+
+    def _enqueue_params(self, group: Sequence[EnqueueSpec]) -> dict[str, object]:
+        first = group[0]
+        return {
+            "queue": first.queue,
+            "payloads": [spec.payload for spec in group],
+            "priority": first.priority,
+            "delay_s": first.delay_s,
+            "run_at": first.run_at,
+            "max_attempts": first.max_attempts,
+            "visibility_timeout_s": first.visibility_timeout_s,
+            "backoff_base_s": first.backoff_base_s,
+            "expires_in_s": first.expires_in_s,
+            "channel": self._channel(first.queue),
+        }
+
+    async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
+        # LIMIT takes a bigint; any larger n means "all there is" just the same.
+        limit = min(n, v.JOB_ID_MAX)
+        rows = await self._run("claim", {"queue": queue, "worker_id": worker_id, "n": limit})
+        jobs = [_job(row) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        return jobs
+
+    async def heartbeat(self, queue: str, job_id: int, token: int, extend_s: float | None) -> bool:
+        params = {"id": job_id, "queue": queue, "token": token, "extend_s": extend_s}
+        return bool(await self._run("heartbeat", params))
+
+    async def ack(self, queue: str, job_id: int, token: int) -> bool:
+        return bool(await self._run("ack", {"id": job_id, "queue": queue, "token": token}))
+
+    async def retry(
+        self, queue: str, job_id: int, token: int, error: str | None, delay_s: float | None
+    ) -> bool:
+        params = {
+            "id": job_id,
+            "queue": queue,
+            "token": token,
+            "error": error,
+            "delay_s": delay_s,
+        }
+        return bool(await self._run("retry", params))
+
+    async def fail(self, queue: str, job_id: int, token: int, error: str | None) -> bool:
+        params = {
+            "id": job_id,
+            "queue": queue,
+            "token": token,
+            "error": FAILED if error is None else error,
+        }
+        return bool(await self._run("bury", params))
+
+    async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
+        ((count,),) = await self._run("ack_batch", {"queue": queue, "ids": list(job_ids)})
+        return int(count)
+
+    async def cancel(self, queue: str, job_id: int) -> bool:
+        return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
+
+    async def get_job(self, queue: str, job_id: int) -> Job | None:
+        rows = await self._run("get_job", {"id": job_id, "queue": queue})
+        return _job(rows[0]) if rows else None
+
+    async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
+        ((expired, purged),) = await self._run(
+            "sweep_expired", {"queue": queue, "retention_s": retention_s}
+        )
+        return SweepResult(int(expired), int(purged))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresTransaction]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                yield PostgresTransaction(self, conn)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        except _pool.PoolClosed as exc:
+            raise StoreClosed("the store is closed") from exc
+
+    def open_wake_listener(
+        self, queues: frozenset[str]
+    ) -> AbstractAsyncContextManager[WakeListener]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self._open_wake_listener(queues)
+
+    @asynccontextmanager
+    async def _open_wake_listener(self, queues: frozenset[str]) -> AsyncIterator[WakeListener]:
+        channels = {self._channel(queue) for queue in queues}
+        async with self.wakes.open_listener(queues) as listener:
+            await self._wait_listening(channels)
+            yield listener
+
+    async def aclose(self) -> None:
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        """Refuse new operations and stop the listener. Idempotent."""
+        self._closed = True
+        self.wakes.close()
+        self._listen_changed.set()
+
+    # -- the listener ------------------------------------------------------------------
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Give the backend the nursery its listener task will run in (started lazily,
+        when the first wake listener opens)."""
+        self._nursery = nursery
+
+    async def _wait_listening(self, channels: set[str]) -> None:
+        """Return once the LISTEN connection listens on every channel in ``channels``."""
+        if not self._listener_started:
+            if self._nursery is None:
+                raise StoreClosed("the store is not running")
+            self._listener_started = True
+            self._nursery.start_soon(self._serve_listener)
+        self._listen_changed.set()
+        while not channels <= self._listening:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            progress = self._listen_progress
+            await progress.wait()
+
+    def _report_progress(self) -> None:
+        self._listen_progress.set()
+        self._listen_progress = trio.Event()
+
+    async def _serve_listener(self) -> None:
+        """The listener actor: keep a LISTEN connection on every subscribed channel and
+        forward notifications as wakes, reconnecting with capped exponential backoff."""
+        backoff = _LISTEN_BACKOFF_START_S
+        connected_before = False
+        while not self._closed:
+            try:
+                conn = await self._listen_connect()
+            except (psycopg.Error, OSError) as exc:
+                logger.warning("wake listener cannot connect (%s); retrying", type(exc).__name__)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX_S)
+                continue
+            try:
+                backoff = _LISTEN_BACKOFF_START_S
+                reconnected, connected_before = connected_before, True
+                await self._listen_on(conn, reconnected=reconnected)
+            except (psycopg.Error, OSError) as exc:
+                logger.warning(
+                    "wake listener connection lost (%s); reconnecting", type(exc).__name__
+                )
+            finally:
+                self._listening.clear()
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
+        self._report_progress()
+
+    async def _listen_on(self, conn: _driver.Connection, *, reconnected: bool) -> None:
+        wake_everyone = reconnected
+        while not self._closed:
+            self._listen_changed = trio.Event()
+            wanted = {self._channel(queue) for queue in self.wakes.subscribed_queues()}
+            new = wanted - self._listening
+            if new:
+                await conn.listen(sorted(new))
+                self._listening |= new
+            self._report_progress()
+            if wake_everyone:
+                # Notifications sent while the connection was down are lost: wake
+                # everyone so their claim loops look for work once.
+                self.wakes.publish_all()
+                wake_everyone = False
+            notes = await self._wait_notes_or_change(conn, self._listen_changed)
+            queues = {self._channels[n.channel] for n in notes if n.channel in self._channels}
+            self.wakes.publish(queues)
+
+    @staticmethod
+    async def _wait_notes_or_change(
+        conn: _driver.Connection, changed: trio.Event
+    ) -> list[_driver.Notify]:
+        """Wait for notifications, or until the set of wanted channels changed."""
+        notes: list[_driver.Notify] = []
+        # A lost connection surfaces from wait_notes as itself, not as a group.
+        async with open_background_nursery() as nursery:
+
+            async def wait_changed() -> None:
+                await changed.wait()
+                nursery.cancel_scope.cancel()
+
+            async def wait_notes() -> None:
+                notes.extend(await conn.wait_notifies(timeout_s=None))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait_changed)
+            nursery.start_soon(wait_notes)
+        return notes
+
+
+def _groups(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
+    """Split specs into runs that share everything but the payload (one statement each).
+
+    ``enqueue_many`` is always one run, so it is one statement.
+    """
+    groups: list[list[EnqueueSpec]] = []
+    for spec in specs:
+        if groups and _same_options(groups[-1][0], spec):
+            groups[-1].append(spec)
+        else:
+            groups.append([spec])
+    return groups
+
+
+def _same_options(a: EnqueueSpec, b: EnqueueSpec) -> bool:
+    return (
+        a.queue == b.queue
+        and a.priority == b.priority
+        and a.delay_s == b.delay_s
+        and a.run_at == b.run_at
+        and a.max_attempts == b.max_attempts
+        and a.visibility_timeout_s == b.visibility_timeout_s
+        and a.backoff_base_s == b.backoff_base_s
+        and a.expires_in_s == b.expires_in_s
+    )
+
+
+class PostgresTransaction:
+    """Q10 on PostgreSQL: a real database transaction on one pooled connection."""
+
+    def __init__(self, backend: PostgresBackend, conn: _driver.Connection) -> None:
+        self._backend = backend
+        self._conn = conn
+
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+        ids: list[int] = []
+        backend = self._backend
+        for group in _groups(specs):
+            try:
+                rows = await self._conn.execute(
+                    backend._q["enqueue"], backend._enqueue_params(group)
+                )
+            except psycopg.Error as exc:
+                raise _engine_error(exc) from exc
+            ids.extend(row[0] for row in rows)
+        return ids
+
+    async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
+        try:
+            return await self._conn.execute(sql, params)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+
+
+def redact_dsn(conninfo: str) -> str:
+    """The connection string without its password, for messages (host, port, user and
+    database only)."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "<dsn>"
+    user = params.get("user")
+    host = params.get("host") or "localhost"
+    port = params.get("port")
+    dbname = params.get("dbname") or ""
+    who = f"{user}@" if user else ""
+    where = f"{host}:{port}" if port else f"{host}"
+    return f"postgresql://{who}{where}/{dbname}"
+
+
+class PostgresOptions(TypedDict):
+    """The checked PostgreSQL options of ``open_store``."""
+
+    schema: str
+    pool_size: int
+    connect_timeout_s: float
+    migrate: _schema.MigratePolicy
+    application_name: str
+
+
+def check_options(
+    *,
+    schema: object,
+    pool_size: object,
+    connect_timeout_s: object,
+    migrate: object,
+    application_name: object,
+) -> PostgresOptions:
+    """Validate ``open_store``'s PostgreSQL options before anything connects."""
+    return PostgresOptions(
+        schema=_sql.check_schema_name(schema),
+        pool_size=v.check_int("pool_size", pool_size, lo=1, hi=1000),
+        connect_timeout_s=v.check_duration(
+            "connect_timeout_s", connect_timeout_s, min_s=0, min_inclusive=False
+        ),
+        migrate=_schema.check_policy(migrate),
+        application_name=v.check_text("application_name", application_name, max_chars=50),
+    )
+
+
+@asynccontextmanager
+async def open_postgres_backend(
+    conninfo: str,
+    *,
+    schema: str,
+    pool_size: int,
+    connect_timeout_s: float,
+    migrate: _schema.MigratePolicy,
+    application_name: str,
+    connect: _pool.ConnectFn[_driver.Connection] | None = None,
+) -> AsyncIterator[PostgresBackend]:
+    """Open a pool on ``conninfo``, check (or apply) the schema, and run the backend
+    (and, once a wake listener opens, its listener task) for the ``async with`` block."""
+    connect_fn = _driver.connect if connect is None else connect
+
+    async def listen_connect() -> _driver.Connection:
+        return await connect_fn(
+            conninfo,
+            connect_timeout_s=connect_timeout_s,
+            application_name=f"{application_name}:listen",
+        )
+
+    async with _pool.open_pool(
+        conninfo,
+        size=pool_size,
+        connect_timeout_s=connect_timeout_s,
+        application_name=application_name,
+        connect=connect_fn,
+    ) as pool:
+        try:
+            async with pool.connection() as conn:
+                if migrate == "apply":
+                    await _schema.migrate(conn, schema)
+                else:
+                    await _schema.check(conn, schema, dsn_hint=redact_dsn(conninfo))
+        except psycopg.Error as exc:
+            raise EngineError(
+                f"cannot open the store on {redact_dsn(conninfo)}: {type(exc).__name__}"
+            ) from exc
+        backend = PostgresBackend(pool, schema=schema, listen_connect=listen_connect)
+        async with open_background_nursery() as nursery:
+            backend.start(nursery)
+            try:
+                yield backend
+            finally:
+                backend.close()
+                nursery.cancel_scope.cancel()

@@ -1,0 +1,244 @@
+-- The contract in SQL: one named block per operation, loaded once per store.
+-- @schema@ is replaced by the quoted schema name; %(name)s are bound parameters
+-- (sent separately from the query text, never interpolated).
+-- Every statement runs alone in autocommit mode (or inside the caller's transaction
+-- for tx_enqueue) and reads the clock through @schema@.alk_now(): the database's
+-- clock, once per statement, never the client's.
+--
+-- The validity predicate V (Q4) appears verbatim in every handle operation:
+--   state = 'processing' AND attempts = <token> AND claim_expires_at >= <now>
+-- A single UPDATE/DELETE with V in its WHERE clause locks the row and re-checks V on
+-- its latest version (READ COMMITTED re-evaluation), so the check and the effect are
+-- one atomic unit: a concurrent reclaim either happened first (V fails) or waits.
+
+-- name: enqueue
+-- Q2: one row per payload (in order), resolved with one clock read; the wake is a
+-- NOTIFY, delivered at commit.
+WITH inserted AS (
+    INSERT INTO @schema@.jobs (
+        queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at
+    )
+    SELECT
+        %(queue)s::text, p.payload, %(priority)s::integer, 'pending', 0, %(max_attempts)s::integer,
+        CASE
+            WHEN %(delay_s)s::float8 IS NOT NULL THEN t.now + %(delay_s)s::float8 * interval '1 second'
+            ELSE coalesce(%(run_at)s::timestamptz, t.now)
+        END,
+        t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
+        t.now + %(expires_in_s)s::float8 * interval '1 second'
+    FROM (SELECT @schema@.alk_now() AS now) AS t,
+        unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS p (payload, ord)
+    ORDER BY p.ord
+    RETURNING id
+)
+SELECT inserted.id
+FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake
+ORDER BY inserted.id;
+
+-- name: claim
+-- Q3: the pre-claim sweep and up to n claims, in one statement (one transaction).
+-- Candidates come from two index walks (ready pending rows; lapsed leases with
+-- attempts left), each locked with SKIP LOCKED so concurrent claimers never wait for
+-- or share a row; the best n of them are claimed. The MATERIALIZED CTEs make each
+-- walk run exactly once, so no more than n rows are ever handed out.
+WITH spent AS MATERIALIZED (
+    SELECT j.id FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+        AND j.claim_expires_at < @schema@.alk_now() AND j.attempts >= j.max_attempts
+    FOR UPDATE OF j SKIP LOCKED
+),
+swept AS (
+    DELETE FROM @schema@.jobs AS j USING spent WHERE j.id = spent.id
+    RETURNING j.*
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, 'max attempts exceeded', @schema@.alk_now()
+    FROM swept
+),
+ready AS MATERIALIZED (
+    SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
+        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(n)s::bigint
+    FOR UPDATE OF j SKIP LOCKED
+),
+lapsed AS MATERIALIZED (
+    SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+        AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
+        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(n)s::bigint
+    FOR UPDATE OF j SKIP LOCKED
+),
+picked AS MATERIALIZED (
+    SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s::bigint
+)
+UPDATE @schema@.jobs AS j SET
+    state = 'processing',
+    attempts = j.attempts + 1,
+    claimed_by = %(worker_id)s::text,
+    claimed_at = @schema@.alk_now(),
+    claim_expires_at = @schema@.alk_now() + j.visibility_timeout_s * interval '1 second'
+FROM picked
+WHERE j.id = picked.id
+RETURNING
+    j.id, j.queue, j.payload, j.priority, j.state, j.attempts, j.max_attempts, j.run_at,
+    j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, j.claimed_by,
+    j.claimed_at, j.claim_expires_at, j.last_error, NULL::timestamptz;
+
+-- name: heartbeat
+-- Q4: an absolute reset of a valid claim's deadline.
+UPDATE @schema@.jobs SET
+    claim_expires_at = @schema@.alk_now()
+        + coalesce(%(extend_s)s::float8, visibility_timeout_s) * interval '1 second'
+WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+    AND state = 'processing' AND attempts = %(token)s::integer
+    AND claim_expires_at >= @schema@.alk_now()
+RETURNING id;
+
+-- name: ack
+-- Q4: delete a validly claimed row.
+DELETE FROM @schema@.jobs
+WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+    AND state = 'processing' AND attempts = %(token)s::integer
+    AND claim_expires_at >= @schema@.alk_now()
+RETURNING id;
+
+-- name: retry
+-- Q4: below budget, back to pending after delay_s; at budget (attempts >= max_attempts),
+-- a dead-letter move with error (default 'max attempts exceeded'). The row is locked
+-- and V checked once, in the first CTE; the two branches then act on that one row.
+WITH target AS MATERIALIZED (
+    SELECT id, attempts >= max_attempts AS spent FROM @schema@.jobs
+    WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+        AND state = 'processing' AND attempts = %(token)s::integer
+        AND claim_expires_at >= @schema@.alk_now()
+    FOR UPDATE
+),
+moved AS (
+    DELETE FROM @schema@.jobs AS j USING target AS t WHERE j.id = t.id AND t.spent
+    RETURNING j.*
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, coalesce(%(error)s::text, 'max attempts exceeded'),
+        @schema@.alk_now()
+    FROM moved
+    RETURNING id
+),
+requeued AS (
+    UPDATE @schema@.jobs AS j SET
+        state = 'pending',
+        run_at = @schema@.alk_now() + coalesce(%(delay_s)s::float8, 0) * interval '1 second',
+        last_error = %(error)s::text,
+        claimed_by = NULL,
+        claimed_at = NULL,
+        claim_expires_at = NULL
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.spent
+    RETURNING j.id
+)
+SELECT id FROM buried UNION ALL SELECT id FROM requeued;
+
+-- name: bury
+-- Q4 fail: a dead-letter move of a validly claimed row: the live row is deleted and the
+-- dead row written by one statement, so both or neither happen.
+WITH moved AS (
+    DELETE FROM @schema@.jobs
+    WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+        AND state = 'processing' AND attempts = %(token)s::integer
+        AND claim_expires_at >= @schema@.alk_now()
+    RETURNING *
+)
+INSERT INTO @schema@.dead_jobs (
+    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, died_at
+)
+SELECT
+    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, %(error)s::text, @schema@.alk_now()
+FROM moved
+RETURNING id;
+
+-- name: ack_batch
+-- Q6: delete each listed, ackable row of this queue (no token); count them.
+WITH deleted AS (
+    DELETE FROM @schema@.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
+        AND state = 'processing' AND claim_expires_at >= @schema@.alk_now()
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;
+
+-- name: cancel
+-- Q7: delete this queue's live row, whatever its state.
+DELETE FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text RETURNING id;
+
+-- name: get_job
+-- Q8: this queue's row, live or dead.
+SELECT
+    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, NULL::timestamptz AS died_at
+FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+UNION ALL
+SELECT
+    id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, died_at
+FROM @schema@.dead_jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
+
+-- name: sweep_expired
+-- Q9: expired live rows to dead ('expired'), then purge dead rows past retention
+-- (retention_s NULL: keep forever). Rows buried by this statement are not visible to its purge,
+-- and could not qualify anyway (they died now).
+WITH expired AS (
+    DELETE FROM @schema@.jobs
+    WHERE queue = %(queue)s::text AND expires_at < @schema@.alk_now()
+    RETURNING *
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, 'expired', @schema@.alk_now()
+    FROM expired
+    RETURNING 1
+),
+purged AS (
+    DELETE FROM @schema@.dead_jobs
+    WHERE queue = %(queue)s::text AND %(retention_s)s::float8 IS NOT NULL
+        AND died_at < @schema@.alk_now() - %(retention_s)s::float8 * interval '1 second'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM purged);
+
+-- name: schema_version
+SELECT version FROM @schema@.alk_schema_version;

@@ -1,0 +1,72 @@
+-- The canonical alkstore_trio schema (version 1). @schema@ is replaced by the quoted
+-- schema name. The numbered files in migrations/ must produce exactly this; a test
+-- checks it.
+
+CREATE SCHEMA IF NOT EXISTS @schema@;
+
+-- The schema version: one row, written only by migrations.
+CREATE TABLE @schema@.alk_schema_version (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version integer NOT NULL
+);
+
+-- The database clock every statement reads (one read per statement). Tests of the
+-- library replace it in throwaway schemas to freeze time; production never does.
+CREATE FUNCTION @schema@.alk_now() RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS 'SELECT pg_catalog.statement_timestamp()';
+
+-- Live jobs: pending or processing.
+CREATE TABLE @schema@.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    payload bytea NOT NULL,
+    priority integer NOT NULL,
+    state text NOT NULL CHECK (state IN ('pending', 'processing')),
+    attempts integer NOT NULL,
+    max_attempts integer NOT NULL CHECK (max_attempts >= 1),
+    run_at timestamptz NOT NULL,
+    enqueued_at timestamptz NOT NULL,
+    visibility_timeout_s double precision NOT NULL,
+    backoff_base_s double precision NOT NULL,
+    expires_at timestamptz,
+    claimed_by text,
+    claimed_at timestamptz,
+    claim_expires_at timestamptz,
+    last_error text
+);
+
+-- Claims walk pending rows of one queue in claim order.
+CREATE INDEX jobs_claim_idx ON @schema@.jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'pending';
+-- Reclaims and the pre-claim sweep find lapsed leases of one queue.
+CREATE INDEX jobs_lease_idx ON @schema@.jobs (queue, claim_expires_at)
+    WHERE state = 'processing';
+-- The expiry sweep finds expired rows of one queue.
+CREATE INDEX jobs_expiry_idx ON @schema@.jobs (queue, expires_at)
+    WHERE expires_at IS NOT NULL;
+
+-- Dead jobs: the dead-letter store. Same columns, plus when the job died.
+CREATE TABLE @schema@.dead_jobs (
+    id bigint PRIMARY KEY,
+    queue text NOT NULL,
+    payload bytea NOT NULL,
+    priority integer NOT NULL,
+    attempts integer NOT NULL,
+    max_attempts integer NOT NULL,
+    run_at timestamptz NOT NULL,
+    enqueued_at timestamptz NOT NULL,
+    visibility_timeout_s double precision NOT NULL,
+    backoff_base_s double precision NOT NULL,
+    expires_at timestamptz,
+    claimed_by text,
+    claimed_at timestamptz,
+    claim_expires_at timestamptz,
+    last_error text,
+    died_at timestamptz NOT NULL
+);
+
+-- Retention purges the oldest dead rows of one queue.
+CREATE INDEX dead_jobs_retention_idx ON @schema@.dead_jobs (queue, died_at);
+
+INSERT INTO @schema@.alk_schema_version (version) VALUES (1);
