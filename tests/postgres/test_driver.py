@@ -308,14 +308,14 @@ async def test_cancel_inside_a_transaction_rolls_it_back_and_keeps_the_connectio
 
 
 async def test_cancel_the_server_ignores_closes_the_connection_within_the_grace(conn, observer):
-    # The block traps every cancel and sleeps on for 2 s in all: the connection cannot
+    # The block traps every cancel and sleeps on for 5 s in all: the connection cannot
     # become idle within CANCEL_GRACE_S, so the driver closes it rather than reuse it
     # half-way. (Trapping only one cancel is not enough: the postmaster signals the
     # backend twice, to its pid and to its process group.)
     started = trio.current_time()
     with trio.move_on_after(0.3):
         await conn.execute(
-            "DO $$ BEGIN FOR i IN 1..20 LOOP BEGIN PERFORM pg_sleep(0.1); "
+            "DO $$ BEGIN FOR i IN 1..50 LOOP BEGIN PERFORM pg_sleep(0.1); "
             "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
         )
     assert trio.current_time() - started < 0.3 + _driver.CANCEL_GRACE_S + PROMPT_S
