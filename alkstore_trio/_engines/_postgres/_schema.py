@@ -45,6 +45,24 @@ async def current_version(conn: Connection, schema: str) -> int | None:
     return int(rows[0][0]) if rows else 0
 
 
+def _lock_key(schema: str) -> str:
+    return f"alkstore_trio:migrate:{schema}"
+
+
+def migration_script(schema: str, from_version: int | None) -> str:
+    """What :func:`migrate` runs on a schema at ``from_version``, as one runnable script
+    (for ``alkstore-trio migrate --dry-run``): the transaction, the advisory lock, the
+    pending migrations and the version writes, with their values inlined (the schema
+    name is checked and holds no quote; versions are ints)."""
+    quoted = _sql.quote_ident(schema)
+    parts = ["BEGIN;", _LOCK_SQL.replace("%s", f"'{_lock_key(schema)}'") + ";"]
+    for number, sql in pending_sql(schema, from_version):
+        parts.append(f"\n-- migration {number}\n{sql.strip()}")
+        parts.append(_SET_VERSION_SQL.format(schema=quoted).replace("%s", str(number)) + ";")
+    parts.append("COMMIT;")
+    return "\n".join(parts)
+
+
 def pending_sql(schema: str, from_version: int | None) -> list[tuple[int, str]]:
     """The migrations a schema at ``from_version`` still needs, rendered."""
     start = from_version or 0
@@ -62,7 +80,7 @@ async def migrate(conn: Connection, schema: str) -> tuple[int | None, int]:
     """
     latest = _sql.latest_version()
     async with conn.transaction():
-        await conn.execute(_LOCK_SQL, [f"alkstore_trio:migrate:{schema}"])
+        await conn.execute(_LOCK_SQL, [_lock_key(schema)])
         before = await current_version(conn, schema)
         if before is not None and before > latest:
             raise _newer(schema, before, latest)

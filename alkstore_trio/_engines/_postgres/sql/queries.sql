@@ -1,8 +1,8 @@
 -- The contract in SQL: one named block per operation, loaded once per store.
--- @schema@ is replaced by the quoted schema name; %(name)s are bound parameters
+-- The schema placeholder is replaced by the quoted schema name; %(name)s are bound parameters
 -- (sent separately from the query text, never interpolated).
 -- Every statement runs alone in autocommit mode (or inside the caller's transaction
--- for tx_enqueue) and reads the clock through @schema@.alk_now(): the database's
+-- for tx_enqueue) and reads the clock through the schema's alk_now(): the database's
 -- clock, once per statement, never the client's.
 --
 -- The validity predicate V (Q4) appears verbatim in every handle operation:

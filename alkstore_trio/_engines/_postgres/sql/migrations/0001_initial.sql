@@ -1,6 +1,15 @@
--- Migration 1: the initial schema. @schema@ is replaced by the quoted schema name.
+-- Migration 1: the initial schema. the schema placeholder is replaced by the quoted schema name.
 
-CREATE SCHEMA IF NOT EXISTS @schema@;
+-- Create the schema only when it is missing: CREATE SCHEMA IF NOT EXISTS would still
+-- need the CREATE right on the database, which a role that owns a schema a DBA made
+-- for it does not have.
+DO $alk$
+BEGIN
+    IF pg_catalog.to_regnamespace('@schema@') IS NULL THEN
+        CREATE SCHEMA @schema@;
+    END IF;
+END
+$alk$;
 
 -- The schema version: one row, written only by migrations.
 CREATE TABLE @schema@.alk_schema_version (

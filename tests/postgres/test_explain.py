@@ -1,0 +1,306 @@
+"""Every query of ``sql/queries.sql`` is served by an index: no plan scans ``jobs`` or
+``dead_jobs`` sequentially, however large they are.
+
+A schema's ``jobs`` and ``dead_jobs`` are loaded with a realistic mix (one
+``INSERT … SELECT … FROM generate_series`` each): several queues of skewed sizes; most
+live rows pending, with mixed priorities, most ready and some delayed; some processing,
+with lapsed and unlapsed leases (some of the lapsed ones at their attempt budget); some
+rows with an ``expires_at`` (a few already expired); dead rows that died over the last
+month. After ``ANALYZE``, each query is explained three ways, because the engine's
+connections prepare statements on the server from their second use and PostgreSQL then
+chooses between a plan for the bound values and a generic one:
+
+- ``bound``: ``EXPLAIN`` of the statement with its values bound as parameters;
+- ``custom``: ``PREPARE`` + ``EXPLAIN EXECUTE`` under ``plan_cache_mode =
+  force_custom_plan`` (the plan for these values);
+- ``generic``: the same under ``force_generic_plan`` (the plan for any values, which the
+  server may switch to after five executions).
+
+The default run loads 50,000 rows per table; the 1,000,000-row load is marked ``slow``
+(``pytest -m slow tests/postgres/test_explain.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql as pgsql
+
+from alkstore_trio._engines._postgres import _sql
+
+#: The tables no query may scan sequentially.
+BIG_TABLES = frozenset({"jobs", "dead_jobs"})
+#: The queue the queries are explained for: the largest one (the worst case for a plan).
+QUEUE = "emails"
+
+SIZES = [
+    pytest.param(50_000, id="50k"),
+    pytest.param(1_000_000, id="1M", marks=pytest.mark.slow),
+]
+
+MODES = ["bound", "custom", "generic"]
+
+# One row per job: queue sizes 40/20/10/10/10/10 %; 95 % pending (70 % of them ready,
+# 30 % delayed up to a day; 70 % priority 0, 25 % 1..10, 5 % negative; 20 % retried
+# before), 5 % processing (80 % with a live lease, 20 % lapsed; attempts 1..3 of 3, or
+# of 5 for one row in ten); 10 % with an expires_at, a twentieth of those expired.
+_LOAD_JOBS = """
+INSERT INTO {schema}.jobs (
+    queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error
+)
+SELECT
+    (ARRAY['emails', 'emails', 'emails', 'emails', 'reports', 'reports', 'webhooks',
+           'thumbnails', 'billing', 'audit'])[1 + (r.g * 7) %% 10],
+    convert_to('{{"order": ' || r.g || '}}', 'UTF8'),
+    CASE WHEN r.r1 < 0.70 THEN 0 WHEN r.r1 < 0.95 THEN 1 + r.g %% 10 ELSE -1 - r.g %% 5 END,
+    r.state,
+    CASE WHEN r.state = 'processing' THEN 1 + r.g %% 3
+         WHEN r.r3 < 0.8 THEN 0 ELSE 1 + r.g %% 2 END,
+    CASE WHEN r.g %% 10 = 0 THEN 5 ELSE 3 END,
+    CASE WHEN r.state = 'processing' THEN r.now - r.r4 * interval '1 hour'
+         WHEN r.r4 < 0.7 THEN r.now - r.r4 * interval '2 hours'
+         ELSE r.now + r.r4 * interval '1 day' END,
+    r.now - interval '3 hours',
+    300, 5,
+    CASE WHEN r.r5 < 0.005 THEN r.now - r.r5 * interval '10 days'
+         WHEN r.r5 < 0.10 THEN r.now + r.r5 * interval '20 days' END,
+    CASE WHEN r.state = 'processing' THEN 'worker-' || r.g %% 50 END,
+    CASE WHEN r.state = 'processing' THEN r.now - r.r3 * interval '10 minutes' END,
+    CASE WHEN r.state = 'processing' AND r.r3 < 0.2 THEN r.now - r.r3 * interval '1 hour'
+         WHEN r.state = 'processing' THEN r.now + r.r3 * interval '5 minutes' END,
+    CASE WHEN r.state = 'pending' AND r.r3 >= 0.8 THEN 'connection reset' END
+FROM (
+    SELECT g, random() AS r1, random() AS r3, random() AS r4, random() AS r5,
+        CASE WHEN random() < 0.95 THEN 'pending' ELSE 'processing' END AS state,
+        statement_timestamp() AS now
+    FROM generate_series(1, %(rows)s) AS g
+) AS r
+"""
+
+# One row per dead job: the same queues, died over the last 30 days.
+_LOAD_DEAD_JOBS = """
+INSERT INTO {schema}.dead_jobs (
+    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, died_at
+)
+SELECT
+    %(first_id)s + r.g,
+    (ARRAY['emails', 'emails', 'emails', 'emails', 'reports', 'reports', 'webhooks',
+           'thumbnails', 'billing', 'audit'])[1 + (r.g * 3) %% 10],
+    convert_to('{{"order": ' || r.g || '}}', 'UTF8'),
+    0, 3, 3, r.died - interval '1 hour', r.died - interval '2 hours', 300, 5,
+    NULL, 'worker-' || r.g %% 50, r.died - interval '5 minutes', r.died,
+    (ARRAY['max attempts exceeded', 'failed', 'expired', 'payload is not valid UTF-8'])
+        [1 + r.g %% 4],
+    r.died
+FROM (
+    SELECT g, statement_timestamp() - random() * interval '30 days' AS died
+    FROM generate_series(1, %(rows)s) AS g
+) AS r
+"""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded schema, and ids of representative rows in it."""
+
+    schema: str
+    rows: int
+    pending_id: int
+    processing_id: int
+    processing_token: int
+    dead_id: int
+    processing_ids: list[int]
+
+
+@pytest.fixture(scope="module", params=SIZES)
+def loaded(request: pytest.FixtureRequest, pg_dsn: str) -> Iterator[Loaded]:
+    rows: int = request.param
+    schema = f"alk_explain_{secrets.token_hex(4)}"
+    quoted = pgsql.Identifier(schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        try:
+            conn.execute(_sql.schema_sql(schema).encode())
+            conn.execute("SET synchronous_commit = off")
+            conn.execute("SELECT setseed(0.25)")
+            conn.execute(pgsql.SQL(_LOAD_JOBS).format(schema=quoted), {"rows": rows})
+            conn.execute(
+                pgsql.SQL(_LOAD_DEAD_JOBS).format(schema=quoted),
+                {"rows": rows, "first_id": 10 * rows},
+            )
+            conn.execute(pgsql.SQL("ANALYZE {}.jobs, {}.dead_jobs").format(quoted, quoted))
+            pick = pgsql.SQL(
+                "SELECT id, attempts FROM {}.jobs WHERE queue = %s AND state = %s "
+                "ORDER BY id LIMIT 100"
+            )
+            pending = conn.execute(pick.format(quoted), [QUEUE, "pending"]).fetchall()
+            processing = conn.execute(pick.format(quoted), [QUEUE, "processing"]).fetchall()
+            (dead_id,) = conn.execute(
+                pgsql.SQL("SELECT min(id) FROM {}.dead_jobs WHERE queue = %s").format(quoted),
+                [QUEUE],
+            ).fetchone()
+            yield Loaded(
+                schema=schema,
+                rows=rows,
+                pending_id=pending[0][0],
+                processing_id=processing[0][0],
+                processing_token=processing[0][1],
+                dead_id=dead_id,
+                processing_ids=[row[0] for row in processing],
+            )
+        finally:
+            conn.execute(pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(quoted))
+
+
+def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
+    """Representative values for each query, as ``(variant, params)``."""
+    handle = {"id": data.processing_id, "queue": QUEUE, "token": data.processing_token}
+    table: dict[str, list[tuple[str, dict[str, Any]]]] = {
+        "enqueue": [
+            (
+                "batch",
+                {
+                    "queue": QUEUE,
+                    "payloads": [b'{"to": "ada@example.com"}'] * 10,
+                    "priority": 0,
+                    "delay_s": None,
+                    "run_at": None,
+                    "max_attempts": 3,
+                    "visibility_timeout_s": 300.0,
+                    "backoff_base_s": 5.0,
+                    "expires_in_s": 3600.0,
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                },
+            )
+        ],
+        "claim": [
+            ("one", {"queue": QUEUE, "worker_id": "worker-1", "n": 1}),
+            ("batch", {"queue": QUEUE, "worker_id": "worker-1", "n": 100}),
+        ],
+        "heartbeat": [("default", {**handle, "extend_s": None})],
+        "ack": [("token", handle)],
+        "retry": [("delay", {**handle, "error": "boom", "delay_s": 10.0})],
+        "bury": [("error", {**handle, "error": "failed"})],
+        "ack_batch": [("ids", {"queue": QUEUE, "ids": data.processing_ids})],
+        "cancel": [("pending", {"id": data.pending_id, "queue": QUEUE})],
+        "get_job": [
+            ("live", {"id": data.pending_id, "queue": QUEUE}),
+            ("dead", {"id": data.dead_id, "queue": QUEUE}),
+        ],
+        "sweep_expired": [
+            ("retention", {"queue": QUEUE, "retention_s": 7 * 86400.0}),
+            ("keep-forever", {"queue": QUEUE, "retention_s": None}),
+        ],
+        "schema_version": [("none", {})],
+    }
+    return table[name]
+
+
+QUERY_NAMES = sorted(_sql.queries("alkstore"))
+
+
+def test_explain_every_query_has_representative_values():
+    # A new query in queries.sql must be added to params_for (and so be explained).
+    data = Loaded("alkstore", 0, 1, 2, 1, 3, [2])
+    for name in QUERY_NAMES:
+        assert params_for(name, data), name
+
+
+_NAMED_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+def to_positional(query: str) -> tuple[str, list[str]]:
+    """``%(name)s`` placeholders as ``$n`` (one number per name), and the names in order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return _NAMED_PARAM.sub(number, query), names
+
+
+def explain(
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any], mode: str
+) -> list[dict[str, Any]]:
+    """The JSON plan of ``query`` for ``params``, planned as ``mode`` says. Plain EXPLAIN:
+    nothing is executed."""
+    if mode == "bound":
+        (plan,) = conn.execute("EXPLAIN (VERBOSE, FORMAT JSON) " + query, params).fetchone()
+        return plan
+    positional, names = to_positional(query)
+    args = pgsql.SQL(", ").join(pgsql.Literal(params[name]) for name in names)
+    execute = pgsql.SQL("EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE alk_explain")
+    if names:
+        execute += pgsql.SQL(" ({})").format(args)
+    conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+    conn.execute(f"PREPARE alk_explain AS {positional}")
+    try:
+        (plan,) = conn.execute(execute).fetchone()
+    finally:
+        conn.execute("DEALLOCATE alk_explain")
+        conn.execute("RESET plan_cache_mode")
+    return plan
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from plan_nodes(child)
+
+
+def seq_scans(plan: list[dict[str, Any]], schema: str) -> list[dict[str, Any]]:
+    """The plan's sequential scans of ``jobs`` or ``dead_jobs`` of ``schema``."""
+    return [
+        node
+        for top in plan
+        for node in plan_nodes(top["Plan"])
+        if node["Node Type"] == "Seq Scan"
+        and node.get("Relation Name") in BIG_TABLES
+        and node.get("Schema", schema) == schema
+    ]
+
+
+@pytest.fixture(scope="module")
+def explain_conn(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", QUERY_NAMES)
+def test_explain_no_query_scans_jobs_or_dead_jobs_sequentially(
+    loaded: Loaded, explain_conn: psycopg.Connection[Any], name: str, mode: str
+):
+    query = _sql.queries(loaded.schema)[name]
+    failures = []
+    for variant, params in params_for(name, loaded):
+        plan = explain(explain_conn, query, params, mode)
+        if scans := seq_scans(plan, loaded.schema):
+            relations = sorted({node["Relation Name"] for node in scans})
+            failures.append(
+                f"{name} [{variant}, {mode} plan, {loaded.rows} rows] scans {relations} "
+                f"sequentially:\n{json.dumps(plan, indent=1)}"
+            )
+    assert not failures, "\n\n".join(failures)
+
+
+def test_explain_the_seq_scan_detector_sees_a_seq_scan(
+    loaded: Loaded, explain_conn: psycopg.Connection[Any]
+):
+    # Guards the test above against a detector that can never fire.
+    query = f'SELECT count(*) FROM "{loaded.schema}".jobs WHERE payload = %(payload)s::bytea'
+    for mode in MODES:
+        plan = explain(explain_conn, query, {"payload": b"x"}, mode)
+        assert [node["Relation Name"] for node in seq_scans(plan, loaded.schema)] == ["jobs"]

@@ -1,0 +1,410 @@
+"""The PostgreSQL schema: migrations, version checks and the advisory lock (Q12).
+
+- The numbered migrations produce exactly ``sql/schema.sql``: both are run into fresh
+  schemas and a normalized catalog dump of each (relations, columns, constraints,
+  indexes, functions, sequences, triggers, comments, the version row) is compared.
+- ``open_store`` refuses a missing, older or newer schema with a :class:`SchemaError`
+  that names the fix and never a password; ``migrate="apply"`` creates a missing one.
+- Concurrent migrations of one fresh schema (each on its own connection) serialize on
+  the advisory lock: every one succeeds, the migrations run once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import pprint
+import re
+import secrets
+from collections.abc import AsyncIterator, Iterator
+
+import psycopg
+import psycopg.conninfo
+import pytest
+import trio
+
+import alkstore_trio
+from alkstore_trio import SchemaError
+from alkstore_trio._engines._postgres import _driver, _schema, _sql
+
+LATEST = _sql.latest_version()
+#: Stands in for a real password: it must never appear in an error message.
+SECRET = "s3cret-Pa55word-do-not-print"
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def new_schema_name(tag: str) -> str:
+    return f"alk_t_{tag}_{secrets.token_hex(4)}"
+
+
+def drop_schemas(dsn: str, *schemas: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def schemas(pg_dsn: str) -> Iterator[list[str]]:
+    """A list to put schema names in; each is dropped after the test."""
+    names: list[str] = []
+    try:
+        yield names
+    finally:
+        drop_schemas(pg_dsn, *names)
+
+
+@pytest.fixture
+async def admin(pg_dsn: str) -> AsyncIterator[_driver.Connection]:
+    conn = await _driver.connect(pg_dsn, connect_timeout_s=5, application_name="alk-test-schema")
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+def dsn_with_password(dsn: str) -> tuple[str, str | None]:
+    """``dsn`` as a URL carrying a password, and that password.
+
+    The DSN's own password if it has one; else :data:`SECRET`, which a server that does
+    not ask for passwords (trust) ignores. If the server rejects it, ``dsn`` as is.
+    """
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    if params.get("password"):
+        return dsn, str(params["password"])
+    candidate = psycopg.conninfo.make_conninfo(dsn, password=SECRET)
+    try:
+        with psycopg.connect(candidate, connect_timeout=5):
+            pass
+    except psycopg.Error:
+        return dsn, None
+    return candidate, SECRET
+
+
+def assert_no_password(exc: BaseException, password: str | None) -> None:
+    if not password:
+        return
+    seen: BaseException | None = exc
+    while seen is not None:
+        assert password not in str(seen), f"the password leaked in {type(seen).__name__}"
+        seen = seen.__cause__ or seen.__context__
+
+
+_CATALOG_QUERIES: dict[str, str] = {
+    "relations": """
+        SELECT c.relname, c.relkind, c.relpersistence, c.relrowsecurity,
+            coalesce(c.reloptions, '{}'), obj_description(c.oid, 'pg_class')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY c.relname
+    """,
+    # Column order matters (SELECT * and INSERT without a column list depend on it);
+    # attnum itself does not (a dropped column leaves a gap), so rows are listed in
+    # attnum order without it.
+    "columns": """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+            pg_get_expr(d.adbin, d.adrelid), a.attidentity, a.attgenerated,
+            coll.collname, col_description(c.oid, a.attnum)
+        FROM pg_attribute a
+            JOIN pg_class c ON c.oid = a.attrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
+        WHERE n.nspname = %(schema)s AND a.attnum > 0 AND NOT a.attisdropped
+            AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        ORDER BY c.relname, a.attnum
+    """,
+    "constraints": """
+        SELECT cl.relname, co.conname, co.contype, co.condeferrable, co.condeferred,
+            pg_get_constraintdef(co.oid, true)
+        FROM pg_constraint co
+            JOIN pg_class cl ON cl.oid = co.conrelid
+            JOIN pg_namespace n ON n.oid = co.connamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY cl.relname, co.conname
+    """,
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+        WHERE schemaname = %(schema)s
+        ORDER BY tablename, indexname
+    """,
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid),
+            pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY 1, 2
+    """,
+    "sequences": """
+        SELECT c.relname, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
+            s.seqmax, s.seqmin, s.seqcache, s.seqcycle
+        FROM pg_sequence s
+            JOIN pg_class c ON c.oid = s.seqrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY c.relname
+    """,
+    "triggers": """
+        SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid, true)
+        FROM pg_trigger t
+            JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
+        ORDER BY 1, 2
+    """,
+    "schema_comment": """
+        SELECT obj_description(n.oid, 'pg_namespace') FROM pg_namespace n
+        WHERE n.nspname = %(schema)s
+    """,
+}
+
+
+def _normalize(value: object, schema: str) -> object:
+    """Replace the schema's name, quoted or not, by ``@schema@`` in text values."""
+    if not isinstance(value, str):
+        return value
+    pattern = rf'(?<![A-Za-z0-9_"])(?:"{re.escape(schema)}"|{re.escape(schema)})(?=\.)'
+    return re.sub(pattern, "@schema@", value)
+
+
+async def catalog_dump(conn: _driver.Connection, schema: str) -> dict[str, list[tuple]]:
+    """Everything the schema defines, with its name normalized, plus its version row."""
+    dump: dict[str, list[tuple]] = {}
+    for section, query in _CATALOG_QUERIES.items():
+        rows = await conn.execute(query, {"schema": schema})
+        dump[section] = [tuple(_normalize(v, schema) for v in row) for row in rows]
+    dump["version_row"] = await conn.execute(
+        f"SELECT * FROM {_sql.quote_ident(schema)}.alk_schema_version"
+    )
+    return dump
+
+
+def assert_same_dump(a: dict[str, list[tuple]], b: dict[str, list[tuple]]) -> None:
+    if a != b:
+        diff = difflib.unified_diff(
+            pprint.pformat(a, width=120).splitlines(),
+            pprint.pformat(b, width=120).splitlines(),
+            "migrations",
+            "schema.sql",
+            lineterm="",
+        )
+        pytest.fail("the migrations do not produce schema.sql:\n" + "\n".join(diff))
+
+
+async def set_version(conn: _driver.Connection, schema: str, version: int) -> None:
+    await conn.execute(
+        f"UPDATE {_sql.quote_ident(schema)}.alk_schema_version SET version = %s", [version]
+    )
+
+
+# -- the migrations produce schema.sql -----------------------------------------------
+
+
+async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
+    migrated, canonical = new_schema_name("mig"), new_schema_name("canon")
+    schemas += [migrated, canonical]
+    assert await _schema.migrate(admin, migrated) == (None, LATEST)
+    await admin.executescript(_sql.schema_sql(canonical))
+
+    from_migrations = await catalog_dump(admin, migrated)
+    from_schema_sql = await catalog_dump(admin, canonical)
+    assert_same_dump(from_migrations, from_schema_sql)
+
+    # The dump is not vacuous: it sees what the schema is made of.
+    assert from_migrations["version_row"] == [(True, LATEST)]
+    relations = {row[0]: row[1] for row in from_migrations["relations"]}
+    assert {"jobs": "r", "dead_jobs": "r", "alk_schema_version": "r"}.items() <= relations.items()
+    indexes = {row[1]: row[2] for row in from_migrations["indexes"]}
+    assert {"jobs_claim_idx", "jobs_lease_idx", "jobs_expiry_idx", "dead_jobs_retention_idx"} <= (
+        indexes.keys()
+    )
+    assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
+    assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
+    assert "statement_timestamp()" in from_migrations["functions"][0][2]
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 16
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 16
+
+
+async def test_schema_the_catalog_comparison_sees_a_difference(admin, schemas):
+    # Guards the test above against a comparison that can never fail.
+    a, b = new_schema_name("a"), new_schema_name("b")
+    schemas += [a, b]
+    await admin.executescript(_sql.schema_sql(a))
+    await admin.executescript(_sql.schema_sql(b))
+    assert await catalog_dump(admin, a) == await catalog_dump(admin, b)
+    await admin.execute(f'CREATE INDEX extra_idx ON "{b}".jobs (claimed_by)')
+    assert await catalog_dump(admin, a) != await catalog_dump(admin, b)
+    await admin.execute(f'DROP INDEX "{b}".extra_idx')
+    await admin.execute(f"ALTER TABLE \"{b}\".dead_jobs ALTER COLUMN last_error SET DEFAULT 'x'")
+    assert await catalog_dump(admin, a) != await catalog_dump(admin, b)
+
+
+def test_schema_pending_sql_lists_what_a_version_still_needs():
+    everything = _schema.pending_sql("alkstore", None)
+    assert [number for number, _ in everything] == list(range(1, LATEST + 1))
+    assert _schema.pending_sql("alkstore", 0) == everything
+    assert _schema.pending_sql("alkstore", LATEST) == []
+    assert all('"alkstore".' in sql and "@schema@" not in sql for _, sql in everything)
+
+
+# -- open_store checks the version (Q12) ---------------------------------------------
+
+
+async def open_and_expect_schema_error(dsn: str, schema: str) -> SchemaError:
+    with pytest.raises(SchemaError) as caught:
+        async with alkstore_trio.open_store(dsn, schema=schema, connect_timeout_s=5):
+            pytest.fail("open_store accepted a schema at the wrong version")
+    return caught.value
+
+
+async def test_q12_open_store_refuses_a_missing_schema_and_names_the_fix(pg_dsn, schemas):
+    dsn, password = dsn_with_password(pg_dsn)
+    schema = new_schema_name("missing")
+    schemas.append(schema)
+    exc = await open_and_expect_schema_error(dsn, schema)
+    message = str(exc)
+    assert f"schema {schema!r} has no alkstore_trio tables" in message
+    assert "alkstore-trio migrate --dsn postgresql://" in message
+    assert f"--schema {schema}" in message
+    assert "migrate='apply'" in message
+    assert_no_password(exc, password)
+
+
+async def test_q12_open_store_refuses_an_older_schema_and_names_the_fix(pg_dsn, admin, schemas):
+    dsn, password = dsn_with_password(pg_dsn)
+    schema = new_schema_name("older")
+    schemas.append(schema)
+    await _schema.migrate(admin, schema)
+    await set_version(admin, schema, LATEST - 1)
+    exc = await open_and_expect_schema_error(dsn, schema)
+    message = str(exc)
+    assert f"is at version {LATEST - 1}, this library needs {LATEST}" in message
+    assert "alkstore-trio migrate" in message
+    assert "migrate='apply'" in message
+    assert_no_password(exc, password)
+
+
+async def test_q12_open_store_refuses_a_newer_schema_and_says_upgrade(pg_dsn, admin, schemas):
+    dsn, password = dsn_with_password(pg_dsn)
+    schema = new_schema_name("newer")
+    schemas.append(schema)
+    await _schema.migrate(admin, schema)
+    await set_version(admin, schema, LATEST + 1)
+    exc = await open_and_expect_schema_error(dsn, schema)
+    message = str(exc)
+    assert f"is at version {LATEST + 1}, newer than this library's {LATEST}" in message
+    assert "upgrade alkstore_trio" in message
+    assert_no_password(exc, password)
+
+    # migrate="apply" never downgrades: it refuses the same way and changes nothing.
+    with pytest.raises(SchemaError, match="upgrade alkstore_trio"):
+        async with alkstore_trio.open_store(dsn, schema=schema, migrate="apply"):
+            pytest.fail("migrate='apply' accepted a newer schema")
+    assert await _schema.current_version(admin, schema) == LATEST + 1
+
+
+async def test_schema_migrate_apply_creates_a_missing_schema_and_the_store_works(
+    pg_dsn, admin, schemas
+):
+    schema = new_schema_name("apply")
+    schemas.append(schema)
+    async with alkstore_trio.open_store(pg_dsn, schema=schema, migrate="apply") as store:
+        assert await _schema.current_version(admin, schema) == LATEST
+        jobs = store.queue("jobs")
+        job_id = await jobs.enqueue(b"hello")
+        handle = await jobs.claim_one("worker-1")
+        assert handle is not None
+        assert handle.id == job_id
+        assert await handle.ack()
+    # Now at the latest version, the default migrate="check" accepts it, and "apply"
+    # is a no-op.
+    for policy in ("check", "apply"):
+        async with alkstore_trio.open_store(pg_dsn, schema=schema, migrate=policy) as store:
+            assert await store.queue("jobs").claim_one("worker-1") is None
+    assert await _schema.migrate(admin, schema) == (LATEST, LATEST)
+
+
+# -- concurrent migrations serialize on the advisory lock ----------------------------
+
+
+async def test_schema_concurrent_migrations_of_one_fresh_schema_all_succeed(pg_dsn, admin, schemas):
+    schema = new_schema_name("race")
+    schemas.append(schema)
+    results: list[tuple[int | None, int]] = []
+
+    async def migrate_on_own_connection() -> None:
+        conn = await _driver.connect(pg_dsn, connect_timeout_s=5, application_name="alk-race")
+        try:
+            results.append(await _schema.migrate(conn, schema))
+        finally:
+            await conn.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(migrate_on_own_connection)
+
+    assert sorted(results, key=repr) == sorted(
+        [(None, LATEST)] + [(LATEST, LATEST)] * 3, key=repr
+    ), "the migrations must run exactly once"
+    assert await _schema.current_version(admin, schema) == LATEST
+    (count,) = (await admin.execute(f'SELECT count(*) FROM "{schema}".alk_schema_version'))[0]
+    assert count == 1
+
+
+async def test_schema_concurrent_open_store_apply_all_succeed(pg_dsn, admin, schemas):
+    schema = new_schema_name("race_open")
+    schemas.append(schema)
+    opened = 0
+
+    async def open_one() -> None:
+        nonlocal opened
+        async with alkstore_trio.open_store(
+            pg_dsn, schema=schema, migrate="apply", pool_size=1
+        ) as store:
+            await store.queue("q").enqueue(b"x")
+            opened += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(open_one)
+    assert opened == 4
+    assert await _schema.current_version(admin, schema) == LATEST
+    (count,) = (await admin.execute(f'SELECT count(*) FROM "{schema}".jobs'))[0]
+    assert count == 4
+
+
+# -- least privilege ---------------------------------------------------------------------
+
+
+async def test_schema_a_role_that_owns_a_precreated_schema_can_migrate_it(pg_dsn, schemas):
+    # The least-privilege setup: a DBA creates the schema for the application's role,
+    # which has no CREATE on the database (PostgreSQL's default for non-owners).
+    role = new_schema_name("role")
+    schema = new_schema_name("owned")
+    schemas.append(schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        try:
+            conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        except psycopg.Error as exc:
+            pytest.skip(f"cannot create a role on the test server: {exc}")
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}" AUTHORIZATION "{role}"')
+            (may_create,) = conn.execute(
+                "SELECT has_database_privilege(%s, current_database(), 'CREATE')", [role]
+            ).fetchone()
+        if may_create:
+            pytest.skip("on this server every role may create schemas")
+        as_role = psycopg.conninfo.make_conninfo(pg_dsn, user=role, password="")
+        try:
+            conn = await _driver.connect(as_role, connect_timeout_s=5, application_name="alk-t")
+        except psycopg.Error as exc:
+            pytest.skip(f"cannot log in as a fresh role on the test server: {exc}")
+        try:
+            assert await _schema.migrate(conn, schema) == (None, LATEST)
+        finally:
+            await conn.aclose()
+    finally:
+        drop_schemas(pg_dsn, schema)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
