@@ -7,9 +7,11 @@
 - :class:`ReferenceModel`: a naive, obviously-correct oracle of the contract.
 - :func:`check_engine_against_model` / :func:`engine_vs_model_test`: model-check an
   engine against the :class:`ReferenceModel` (needs Hypothesis; imported on first use).
+- :class:`PostgresHarness`: the PostgreSQL engine on throwaway schemas with a frozen
+  database clock (needs the ``postgres`` extra; imported on first use).
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._clock import ManualClock as ManualClock
 from ._conformance import CONFORMANCE_CHECKS as CONFORMANCE_CHECKS
@@ -18,9 +20,11 @@ from ._harness import EngineHarness as EngineHarness
 from ._harness import MemoryHarness as MemoryHarness
 from ._model import ReferenceModel as ReferenceModel
 
-# The state machine needs Hypothesis, an optional dependency: import it on first use.
+# The state machine needs Hypothesis and PostgresHarness needs psycopg, both optional
+# dependencies: import them on first use.
 _STATEMACHINE_NAMES = frozenset({"check_engine_against_model", "engine_vs_model_test"})
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
+    from ._postgres import PostgresHarness as PostgresHarness
     from ._statemachine import check_engine_against_model as check_engine_against_model
     from ._statemachine import engine_vs_model_test as engine_vs_model_test
 
@@ -30,4 +34,8 @@ def __getattr__(name: str) -> object:
         from . import _statemachine
 
         return getattr(_statemachine, name)
+    if name == "PostgresHarness":
+        from ._postgres import PostgresHarness
+
+        return PostgresHarness
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
