@@ -31,7 +31,7 @@ fmt:
 
 # Benchmarks (never part of the default test run).
 bench *ARGS:
-    pytest tests/benchmarks -m bench -p no:randomly -s {{ARGS}}
+    pytest tests/benchmarks tests/benchmarks/bench_driver.py -m bench -s {{ARGS}}
 
 # Long soaks and slow tests.
 slow *ARGS:

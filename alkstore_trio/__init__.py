@@ -7,7 +7,8 @@ Layers, each importing only the ones below it (checked by import-linter):
 - ``_engines``: the backend protocol and the engines (the in-memory engine actor).
 - ``_store``: the public ``Store``/``Queue``/``JobHandle``/``Transaction`` facade,
   identical on every engine; ``_open``: ``open_store``.
-- ``_runtime``: supervision (``open_supervisor``); never imports an engine.
+- ``_runtime``: supervision (``open_supervisor``) and the ``Worker``; never imports an
+  engine.
 - ``testing``: manual clock, reference model, conformance suite, state machine.
 - ``_cli``: the ``alkstore-trio`` command.
 
@@ -27,10 +28,15 @@ from ._errors import SchemaError as SchemaError
 from ._errors import StoreClosed as StoreClosed
 from ._open import open_store as open_store
 from ._runtime import ChildStatistics as ChildStatistics
+from ._runtime import Fail as Fail
+from ._runtime import Handler as Handler
 from ._runtime import RestartPolicy as RestartPolicy
+from ._runtime import Retry as Retry
 from ._runtime import Supervisor as Supervisor
 from ._runtime import SupervisorEscalated as SupervisorEscalated
 from ._runtime import SupervisorStatistics as SupervisorStatistics
+from ._runtime import Worker as Worker
+from ._runtime import WorkerStatistics as WorkerStatistics
 from ._runtime import open_supervisor as open_supervisor
 from ._store import JobHandle as JobHandle
 from ._store import Queue as Queue

@@ -1,12 +1,18 @@
-"""The runtime layer: supervision of long-lived trio tasks (rule R1), and later the worker.
+"""The runtime layer: supervision of long-lived trio tasks (rule R1) and the worker.
 
-The runtime imports only trio and ``alkstore_trio._errors``; it never imports an engine.
-The worker will receive its store as an argument.
+The supervisor needs only trio and ``alkstore_trio._errors``; the worker works through
+the public ``Store`` facade it is given and never imports an engine (import-linter
+checks both).
 """
 
+from ._outcomes import Fail as Fail
+from ._outcomes import Retry as Retry
 from ._supervisor import ChildStatistics as ChildStatistics
 from ._supervisor import RestartPolicy as RestartPolicy
 from ._supervisor import Supervisor as Supervisor
 from ._supervisor import SupervisorEscalated as SupervisorEscalated
 from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import open_supervisor as open_supervisor
+from ._worker import Handler as Handler
+from ._worker import Worker as Worker
+from ._worker import WorkerStatistics as WorkerStatistics

@@ -1,0 +1,866 @@
+"""The worker: claims jobs from a store and runs their handlers (rules R1-R10).
+
+Why it is shaped this way. Every change of a job's state (claim, heartbeat, ack, retry,
+fail) goes through one task, the *dispatcher*, which receives everything else as messages
+on one trio memory channel. One owner means no two tasks ever race on the same claim: a
+heartbeat refusal and a handler's outcome cannot both act on a job, the free-slot count is
+exact, and (next step) the dispatcher can coalesce the outcomes waiting in its inbox into
+batched statements. Everything else is an *actor* that only sends messages:
+
+- the **listener** (R3) forwards the store's wakes;
+- the **re-poll timer** (R4) ticks every ``poll_interval_s`` and when a delayed job the
+  dispatcher knows of becomes due;
+- the **sweeper** (R10) runs ``sweep_expired`` on a cadence (it changes no claimed job);
+- one **job actor** per claim (R5) runs the handler in its own cancel scope and reports
+  the outcome, with a **heartbeat actor** beside it (R6) asking the dispatcher to renew
+  the claim.
+
+The three long-lived actors run under :func:`open_supervisor` (one-for-one restarts, R1);
+their inboxes are created by :meth:`Worker.run` and outlive restarts. The dispatcher is
+the body of the supervisor's block: it owns the claims in flight, which a restart could
+not rebuild.
+
+Job actors are *shielded* from outside cancellation: only the dispatcher cancels them,
+through each one's own cancel scope (lease lost, or the shutdown grace ran out). That is
+what lets a cancelled :meth:`Worker.run` still give running handlers their
+``shutdown_grace_s`` and release the rest (R7) instead of abandoning them mid-flight.
+
+Time is trio's clock, so tests drive every interval with :class:`trio.testing.MockClock`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+
+import trio
+
+from .._core import _validate as v
+from .._errors import EngineError, InvalidArgument
+from .._store import Queue, Store
+from ._outcomes import Fail, Retry
+from ._supervisor import open_supervisor
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from .._core import Job
+    from .._store import JobHandle
+    from ._supervisor import Supervisor
+
+#: A job handler: ``async def handler(job: Job) -> None``.
+Handler: TypeAlias = "Callable[[Job], Awaitable[None]]"
+
+logger = logging.getLogger("alkstore_trio.worker")
+
+#: The most characters of error text stored on a job (the contract's limit).
+ERROR_MAX_CHARS: Final = v.ERROR_MAX_CHARS
+#: The ``last_error`` of jobs released by a stopping worker.
+WORKER_STOPPED: Final = "worker stopped"
+#: How long the shielded finalization may spend releasing jobs after the grace period.
+_FINALIZE_TIMEOUT_S: Final = 30.0
+#: Backoff between attempts to apply an outcome while stopping (capped).
+_FINALIZE_RETRY_S: Final = (0.1, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatistics:
+    """A snapshot of a worker's counters, returned by :meth:`Worker.statistics`.
+
+    Attributes:
+        worker_id: The worker's id (``claimed_by`` on the rows it claims).
+        claimed: Jobs claimed.
+        acked: Jobs acked (their handler returned).
+        retried: Jobs given back to run again (``Retry``, an exception, a timeout).
+        dead_lettered: Jobs moved to dead by this worker (``Fail``, or a retry on the
+            job's last allowed attempt).
+        released: Jobs handed back (``"worker stopped"``) because the worker stopped while
+            their handler ran; a release on the job's last attempt dead-letters the job
+            and counts in ``dead_lettered`` instead.
+        lease_lost: Claims found lost (a refused heartbeat, ack, retry or fail): the
+            handler was cancelled or its outcome discarded.
+        in_flight: Claims held now (handler running, or its outcome not yet applied).
+        handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``.
+        timed_out: Handlers cancelled by ``job_timeout_s``.
+        engine_errors: Store operations that failed with ``EngineError`` (retried later).
+        started: Handlers started.
+        finished: Handlers finished (returned, raised or were cancelled).
+        claim_to_start_total_s: Seconds from claims to their handlers' starts, summed.
+        claim_to_start_mean_s: Its mean over ``started`` (0 when none).
+        run_time_total_s: Seconds handlers ran, summed over ``finished``.
+        run_time_mean_s: Its mean over ``finished`` (0 when none).
+    """
+
+    worker_id: str
+    claimed: int
+    acked: int
+    retried: int
+    dead_lettered: int
+    released: int
+    lease_lost: int
+    in_flight: int
+    handler_errors: int
+    timed_out: int
+    engine_errors: int
+    started: int
+    finished: int
+    claim_to_start_total_s: float
+    claim_to_start_mean_s: float
+    run_time_total_s: float
+    run_time_mean_s: float
+
+
+# --- messages to the dispatcher ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    queues: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a job actor reports. ``kind`` is ``"ack"``, ``"retry"``, ``"fail"`` or
+    ``"cancelled"`` (the dispatcher cancelled it: lease lost or shutdown); the dispatcher
+    turns a ``"cancelled"`` of a claim it still holds into ``"release"``."""
+
+    slot: _Slot
+    kind: str
+    error: str | None = None
+    delay_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _HeartbeatRequest:
+    slot: _Slot
+    done: trio.Event
+
+
+_Message: TypeAlias = "_Wake | _Tick | _Stop | _Outcome | _HeartbeatRequest"
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    """One claim in flight, owned by the dispatcher (job actors only read it)."""
+
+    handle: JobHandle
+    handler: Handler
+    claimed_at: float
+    heartbeat_interval_s: float
+    #: Shielded: outside cancellation never reaches a handler; only the dispatcher's
+    #: ``scope.cancel()`` does.
+    scope: trio.CancelScope = field(default_factory=lambda: trio.CancelScope(shield=True))
+    lost: bool = False
+    reported: bool = False
+    pending: _Outcome | None = None
+
+
+@final
+class Worker:
+    """Claims jobs from a store's queues and runs a handler for each (rules R1-R10).
+
+    Example::
+
+        async def send_email(job: Job) -> None:
+            ...  # return: ack; raise Retry(...) / Fail(...) to choose otherwise
+
+        worker = Worker(store, {"emails": send_email}, concurrency=20)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            ...
+            worker.stop()
+
+    Args:
+        store: The store to work on (any engine).
+        handlers: Maps queue names or :class:`~alkstore_trio.Queue` handles of ``store``
+            to ``async def handler(job) -> None``. A handle's options apply to the
+            worker's sweeps; a name gets ``store.queue(name)``.
+        concurrency: The most handlers running at once (>= 1).
+        worker_id: Stored as ``claimed_by``; default ``"{hostname}:{pid}:{random}"``.
+        poll_interval_s: Seconds between re-polls, the safety net for lost wakes (> 0).
+        heartbeat_interval_s: Seconds between claim renewals (> 0); default a third of
+            each job's ``visibility_timeout_s``.
+        job_timeout_s: Seconds a handler may run before it is cancelled and its job
+            retried (> 0), or ``None`` for no limit.
+        shutdown_grace_s: On stop, seconds running handlers may still finish (>= 0)
+            before they are cancelled and their jobs released.
+        claim_batch_max: The most jobs one claim asks for (>= 1).
+        sweep_interval_s: Seconds between ``sweep_expired`` runs per queue (> 0).
+        max_restarts: Restarts of the long-lived actors allowed within
+            ``restart_window_s`` before the worker fails (>= 0).
+        restart_window_s: The sliding window of ``max_restarts`` (> 0).
+
+    Raises:
+        InvalidArgument: An argument is invalid (nothing was started).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        handlers: Mapping[str | Queue, Handler],
+        *,
+        concurrency: int = 10,
+        worker_id: str | None = None,
+        poll_interval_s: float = 5.0,
+        heartbeat_interval_s: float | None = None,
+        job_timeout_s: float | None = None,
+        shutdown_grace_s: float = 30.0,
+        claim_batch_max: int = 100,
+        sweep_interval_s: float = 60.0,
+        max_restarts: int = 3,
+        restart_window_s: float = 60.0,
+    ) -> None:
+        self._store = store
+        self._concurrency = _check_count("concurrency", concurrency, minimum=1)
+        self._claim_batch_max = _check_count("claim_batch_max", claim_batch_max, minimum=1)
+        self._max_restarts = _check_count("max_restarts", max_restarts, minimum=0)
+        self._poll_interval_s = _positive("poll_interval_s", poll_interval_s)
+        self._sweep_interval_s = _positive("sweep_interval_s", sweep_interval_s)
+        self._restart_window_s = _positive("restart_window_s", restart_window_s)
+        self._heartbeat_interval_s = (
+            None
+            if heartbeat_interval_s is None
+            else _positive("heartbeat_interval_s", heartbeat_interval_s)
+        )
+        self._job_timeout_s = (
+            None if job_timeout_s is None else _positive("job_timeout_s", job_timeout_s)
+        )
+        self._shutdown_grace_s = v.check_duration("shutdown_grace_s", shutdown_grace_s, min_s=0)
+        if worker_id is None:
+            worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+            worker_id = worker_id[-v.WORKER_ID_MAX_CHARS :]
+        self._worker_id = v.check_worker_id(worker_id)
+        self._queues, self._handlers = _check_handlers(store, handlers)
+
+        self._started = False
+        self._supervisor: Supervisor | None = None
+        self._stop_requested = False
+        self._inbox: trio.MemorySendChannel[_Message] | None = None
+        self._timer_inbox: trio.MemorySendChannel[float] | None = None
+        self._slots: set[_Slot] = set()
+        self._dirty: set[str] = set()
+        self._rotation = 0
+        self._counts: dict[str, int] = dict.fromkeys(
+            (
+                "claimed",
+                "acked",
+                "retried",
+                "dead_lettered",
+                "released",
+                "lease_lost",
+                "handler_errors",
+                "timed_out",
+                "engine_errors",
+                "started",
+                "finished",
+            ),
+            0,
+        )
+        self._claim_to_start_total_s = 0.0
+        self._run_time_total_s = 0.0
+
+    def __repr__(self) -> str:
+        names = ", ".join(q.name for q in self._queues)
+        return f"<Worker {self._worker_id!r} on [{names}]>"
+
+    @property
+    def worker_id(self) -> str:
+        """The id this worker claims under (``claimed_by``)."""
+        return self._worker_id
+
+    @property
+    def queues(self) -> tuple[Queue, ...]:
+        """The queues this worker serves, in the order of ``handlers``."""
+        return self._queues
+
+    def statistics(self) -> WorkerStatistics:
+        """A frozen snapshot of the counters and timing figures (see
+        :class:`WorkerStatistics`)."""
+        c = self._counts
+        return WorkerStatistics(
+            worker_id=self._worker_id,
+            claimed=c["claimed"],
+            acked=c["acked"],
+            retried=c["retried"],
+            dead_lettered=c["dead_lettered"],
+            released=c["released"],
+            lease_lost=c["lease_lost"],
+            in_flight=len(self._slots),
+            handler_errors=c["handler_errors"],
+            timed_out=c["timed_out"],
+            engine_errors=c["engine_errors"],
+            started=c["started"],
+            finished=c["finished"],
+            claim_to_start_total_s=self._claim_to_start_total_s,
+            claim_to_start_mean_s=(
+                self._claim_to_start_total_s / c["started"] if c["started"] else 0.0
+            ),
+            run_time_total_s=self._run_time_total_s,
+            run_time_mean_s=self._run_time_total_s / c["finished"] if c["finished"] else 0.0,
+        )
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully (R7). Never blocks; calling it again, or
+        before :meth:`run`, is harmless (a worker stopped before it runs returns at once
+        from :meth:`run` after starting).
+
+        The worker stops claiming, lets running handlers finish for up to
+        ``shutdown_grace_s``, cancels the rest and releases their jobs
+        (``retry(error="worker stopped", delay_s=0)``), closes its listener and returns
+        from :meth:`run`.
+        """
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        if self._inbox is not None:
+            self._inbox.send_nowait(_Stop())
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the worker until :meth:`stop` or cancellation; usable with
+        ``nursery.start(worker.run)``, which returns once the worker listens for wakes.
+
+        A worker runs once: make a new one to run again.
+
+        Raises:
+            RuntimeError: The worker already ran.
+            SupervisorEscalated: A long-lived actor (listener, timer, sweeper) crashed more
+                than ``max_restarts`` times within ``restart_window_s``; the claimed jobs
+                were released first.
+            StoreClosed: The store was closed under the worker.
+        """
+        if self._started:
+            raise RuntimeError("this Worker already ran; create a new Worker to run again")
+        self._started = True
+        inbox_send, inbox = trio.open_memory_channel[_Message](math.inf)
+        timer_send, timer_inbox = trio.open_memory_channel[float](math.inf)
+        self._inbox, self._timer_inbox = inbox_send, timer_send
+        if self._stop_requested:
+            inbox_send.send_nowait(_Stop())
+        self._log(logging.INFO, "worker_start", None, "worker %s starting", self._worker_id)
+        failure: BaseException | None = None
+        try:
+            async with trio.open_nursery() as jobs:
+                try:
+                    async with open_supervisor(
+                        name=f"worker {self._worker_id}",
+                        max_restarts=self._max_restarts,
+                        restart_window_s=self._restart_window_s,
+                        restart_delay_s=0.5,
+                        restart_delay_max_s=max(0.5, min(30.0, self._poll_interval_s)),
+                    ) as supervisor:
+                        self._supervisor = supervisor
+                        await supervisor.start(self._listener_actor, inbox_send, name="listener")
+                        await supervisor.start(
+                            self._timer_actor, inbox_send, timer_inbox, name="timer"
+                        )
+                        await supervisor.start(self._sweep_actor, name="sweeper")
+                        task_status.started()
+                        await self._dispatch(inbox, jobs)
+                finally:
+                    await self._finalize(inbox)
+        except BaseExceptionGroup as group:
+            failure = group.exceptions[0] if len(group.exceptions) == 1 else group
+        finally:
+            self._log(logging.INFO, "worker_stop", None, "worker %s stopped", self._worker_id)
+        if failure is not None:
+            raise failure
+
+    # --- long-lived actors -----------------------------------------------------------
+
+    async def _listener_actor(
+        self, inbox: trio.MemorySendChannel[_Message], *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """R3: forward every wake of the served queues to the dispatcher. After each
+        (re)start it sends a wake for all queues: wakes sent while it was gone are lost."""
+        async with self._store.open_wake_listener(self._queues) as listener:
+            task_status.started()
+            await inbox.send(_Wake(frozenset(q.name for q in self._queues)))
+            while True:
+                woken = await listener.wait()
+                if woken:
+                    await inbox.send(_Wake(woken))
+
+    async def _timer_actor(
+        self,
+        inbox: trio.MemorySendChannel[_Message],
+        dues: trio.MemoryReceiveChannel[float],
+        *,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        """R4: tick every ``poll_interval_s``, and when a delayed job the dispatcher told
+        it about (a trio time on ``dues``) becomes due."""
+        task_status.started()
+        heap: list[float] = []
+        next_tick = trio.current_time() + self._poll_interval_s
+        while True:
+            with trio.move_on_at(min(next_tick, heap[0]) if heap else next_tick):
+                heapq.heappush(heap, await dues.receive())
+                continue
+            now = trio.current_time()
+            fire = False
+            while heap and heap[0] <= now:
+                heapq.heappop(heap)
+                fire = True
+            if now >= next_tick:
+                fire = True
+                next_tick = now + self._poll_interval_s
+            if fire:
+                await inbox.send(_Tick())
+
+    async def _sweep_actor(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """R10: ``sweep_expired`` on every served queue, now and every
+        ``sweep_interval_s``. A failing sweep is logged and tried again next time."""
+        task_status.started()
+        while True:
+            for queue in self._queues:
+                try:
+                    result = await queue.sweep_expired()
+                except Exception as exc:
+                    self._counts["engine_errors"] += isinstance(exc, EngineError)
+                    logger.warning(
+                        "worker %s: sweep of queue %r failed (%s: %s); next try in %gs",
+                        self._worker_id,
+                        queue.name,
+                        type(exc).__name__,
+                        exc,
+                        self._sweep_interval_s,
+                        extra=_fields(self._worker_id, "sweep_failed", queue=queue.name),
+                    )
+                else:
+                    if result.expired or result.purged:
+                        logger.info(
+                            "worker %s: swept queue %r: %d expired, %d purged",
+                            self._worker_id,
+                            queue.name,
+                            result.expired,
+                            result.purged,
+                            extra=_fields(self._worker_id, "sweep", queue=queue.name),
+                        )
+            await trio.sleep(self._sweep_interval_s)
+
+    # --- the dispatcher --------------------------------------------------------------
+
+    async def _dispatch(
+        self, inbox: trio.MemoryReceiveChannel[_Message], jobs: trio.Nursery
+    ) -> None:
+        """R2: the only task changing job state. Runs until a stop is requested."""
+        self._dirty = {q.name for q in self._queues}
+        while not self._stop_requested:
+            await self._claim(jobs)
+            message = await inbox.receive()
+            await self._handle(message)
+
+    async def _handle(self, message: _Message) -> None:
+        if isinstance(message, _Wake):
+            self._dirty |= message.queues
+        elif isinstance(message, _Tick):
+            self._dirty = {q.name for q in self._queues}
+            await self._apply_pending()
+        elif isinstance(message, _Outcome):
+            await self._apply(message)
+        elif isinstance(message, _HeartbeatRequest):
+            try:
+                await self._heartbeat(message.slot)
+            finally:
+                message.done.set()
+        # _Stop: the loops check self._stop_requested
+
+    async def _claim(self, jobs: trio.Nursery) -> None:
+        """Claim ``min(free slots, claim_batch_max)`` per woken queue, round-robin, and
+        start a job actor per claim. A queue stays woken while its claims come back full
+        (drain); a short claim means it is empty for now."""
+        queues = self._queues
+        while not self._stop_requested and self._dirty:
+            free = self._concurrency - len(self._slots)
+            if free <= 0:
+                return
+            start = self._rotation % len(queues)
+            self._rotation += 1
+            for queue in queues[start:] + queues[:start]:
+                free = self._concurrency - len(self._slots)
+                if free <= 0 or self._stop_requested:
+                    return
+                if queue.name not in self._dirty:
+                    continue
+                n = min(free, self._claim_batch_max)
+                try:
+                    handles = await queue.claim_batch(self._worker_id, n)
+                except EngineError as exc:
+                    # R8: try again on the next wake or tick (the cap of the backoff).
+                    self._dirty.discard(queue.name)
+                    self._engine_error("claim", None, exc, queue=queue.name)
+                    continue
+                if len(handles) < n:
+                    self._dirty.discard(queue.name)
+                now = trio.current_time()
+                handler = self._handlers[queue.name]
+                for handle in handles:
+                    job = handle.job
+                    slot = _Slot(
+                        handle=handle,
+                        handler=handler,
+                        claimed_at=now,
+                        heartbeat_interval_s=self._heartbeat_interval_s
+                        or job.visibility_timeout_s / 3,
+                    )
+                    self._slots.add(slot)
+                    self._counts["claimed"] += 1
+                    self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
+                    jobs.start_soon(self._job_actor, slot, name=f"job {job.queue}/{job.id}")
+
+    async def _heartbeat(self, slot: _Slot) -> None:
+        """R6: renew one claim; a refusal cancels its job actor at once."""
+        if slot not in self._slots or slot.lost or slot.reported:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            renewed = await slot.handle.heartbeat()
+        except EngineError as exc:
+            self._engine_error("heartbeat", slot.handle.job, exc)
+            return
+        if renewed:
+            self._log(logging.DEBUG, "heartbeat", slot.handle.job, "renewed the claim")
+        else:
+            self._lose(slot, "heartbeat")
+
+    def _lose(self, slot: _Slot, operation: str) -> None:
+        if not slot.lost:
+            slot.lost = True
+            self._counts["lease_lost"] += 1
+            self._log(
+                logging.WARNING,
+                "lease_lost",
+                slot.handle.job,
+                "lost the claim (%s refused); the handler is cancelled and its outcome discarded",
+                operation,
+            )
+        slot.scope.cancel()
+
+    async def _apply(self, outcome: _Outcome) -> None:
+        """Apply a job actor's outcome with one handle call (R2)."""
+        slot = outcome.slot
+        slot.reported = True
+        if slot.lost:
+            self._slots.discard(slot)
+            await trio.lowlevel.checkpoint()
+            return
+        if outcome.kind == "cancelled":
+            # Only the dispatcher cancels a job actor: the lease was lost (handled above)
+            # or the worker is stopping and the grace period ran out.
+            outcome = _Outcome(slot, "release", WORKER_STOPPED, 0.0)
+        slot.pending = outcome
+        await self._apply_one(slot)
+
+    async def _apply_pending(self) -> None:
+        for slot in [s for s in self._slots if s.pending is not None]:
+            await self._apply_one(slot)
+
+    async def _apply_one(self, slot: _Slot) -> bool:
+        """Apply the slot's pending outcome; ``False`` if it must be tried again later."""
+        outcome = slot.pending
+        assert outcome is not None
+        handle = slot.handle
+        job = handle.job
+        at_budget = job.attempts >= job.max_attempts
+        try:
+            if outcome.kind == "ack":
+                done = await handle.ack()
+            elif outcome.kind == "fail":
+                done = await handle.fail(outcome.error)
+            else:
+                done = await handle.retry(outcome.error, outcome.delay_s)
+        except EngineError as exc:
+            self._engine_error(outcome.kind, job, exc)
+            return False
+        self._slots.discard(slot)
+        slot.pending = None
+        if not done:
+            self._lose(slot, outcome.kind)
+            return True
+        if outcome.kind == "ack":
+            self._counts["acked"] += 1
+            self._log(logging.INFO, "ack", job, "acked")
+        elif outcome.kind == "fail" or at_budget:
+            self._counts["dead_lettered"] += 1
+            self._log(
+                logging.WARNING, "dead", job, "dead-lettered (%s)", outcome.error or outcome.kind
+            )
+        elif outcome.kind == "release":
+            self._counts["released"] += 1
+            self._log(logging.INFO, "release", job, "released (%s)", WORKER_STOPPED)
+        else:
+            self._counts["retried"] += 1
+            self._log(logging.INFO, "retry", job, "retried (%s)", outcome.error)
+        if outcome.kind in ("retry", "release") and not at_budget and outcome.delay_s is not None:
+            assert self._timer_inbox is not None
+            self._timer_inbox.send_nowait(trio.current_time() + outcome.delay_s)
+        return True
+
+    # --- job actors ------------------------------------------------------------------
+
+    async def _job_actor(self, slot: _Slot) -> None:
+        """R5: run the handler in the slot's own (shielded) cancel scope, with a heartbeat
+        actor beside it, and report the outcome to the dispatcher. Never raises an
+        :class:`Exception`; ``Cancelled`` only reaches it through ``slot.scope``."""
+        assert self._inbox is not None
+        outcome: _Outcome | None = None
+        try:
+            with slot.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._heartbeat_actor, slot)
+                    outcome = await self._run_handler(slot)
+                    nursery.cancel_scope.cancel()
+        finally:
+            # Also when a BaseException (KeyboardInterrupt) escapes the handler: the
+            # dispatcher must learn that this claim is to be released.
+            self._inbox.send_nowait(outcome or _Outcome(slot, "cancelled"))
+
+    async def _run_handler(self, slot: _Slot) -> _Outcome:
+        job = slot.handle.job
+        start = trio.current_time()
+        self._counts["started"] += 1
+        self._claim_to_start_total_s += start - slot.claimed_at
+        self._log(logging.DEBUG, "start", job, "handler started")
+        try:
+            with trio.move_on_after(self._job_timeout_s or math.inf) as timeout:
+                await slot.handler(job)
+            if timeout.cancelled_caught:
+                self._counts["timed_out"] += 1
+                error = f"job timed out after {self._job_timeout_s:g}s (job_timeout_s)"
+                self._log(logging.WARNING, "timeout", job, "%s", error)
+                return _Outcome(slot, "retry", error)
+            return _Outcome(slot, "ack")
+        except Retry as retry:
+            return _Outcome(slot, "retry", _error_text(retry.error), retry.delay_s)
+        except Fail as fail:
+            return _Outcome(slot, "fail", _error_text(fail.error))
+        except Exception as exc:
+            self._counts["handler_errors"] += 1
+            self._log(
+                logging.WARNING,
+                "handler_error",
+                job,
+                "handler raised %s",
+                type(exc).__name__,
+                exc_info=exc,
+            )
+            return _Outcome(slot, "retry", _describe(exc))
+        finally:
+            self._counts["finished"] += 1
+            self._run_time_total_s += trio.current_time() - start
+
+    async def _heartbeat_actor(self, slot: _Slot) -> None:
+        """R6: every ``heartbeat_interval_s``, ask the dispatcher to renew the claim and
+        wait for it to have done so."""
+        assert self._inbox is not None
+        while True:
+            await trio.sleep(slot.heartbeat_interval_s)
+            done = trio.Event()
+            self._inbox.send_nowait(_HeartbeatRequest(slot, done))
+            await done.wait()
+
+    # --- graceful stop ---------------------------------------------------------------
+
+    async def _finalize(self, inbox: trio.MemoryReceiveChannel[_Message]) -> None:
+        """R7: stop claiming, give running handlers ``shutdown_grace_s``, cancel the rest,
+        and apply every outcome (releasing the cancelled jobs). Shielded, and bounded."""
+        self._stop_requested = True
+        with trio.CancelScope(shield=True) as shield:
+            shield.deadline = trio.current_time() + self._shutdown_grace_s + _FINALIZE_TIMEOUT_S
+            try:
+                if self._slots:
+                    self._log(
+                        logging.INFO,
+                        "draining",
+                        None,
+                        "stopping: waiting up to %gs for %d running handlers",
+                        self._shutdown_grace_s,
+                        len(self._slots),
+                    )
+                with trio.move_on_after(self._shutdown_grace_s):
+                    await self._serve_until_idle(inbox)
+                for slot in self._slots:
+                    if not slot.reported:
+                        slot.scope.cancel()
+                await self._serve_until_idle(inbox)
+            finally:
+                for slot in self._slots:
+                    slot.scope.cancel()
+        if self._slots:
+            logger.error(
+                "worker %s: %d claims could not be finalized in time; their leases will "
+                "lapse and other workers will reclaim them",
+                self._worker_id,
+                len(self._slots),
+                extra=_fields(self._worker_id, "finalize_incomplete"),
+            )
+
+    async def _serve_until_idle(self, inbox: trio.MemoryReceiveChannel[_Message]) -> None:
+        """Handle messages (no claiming) until no claim is in flight. Outcomes whose
+        application failed are retried with capped backoff."""
+        delay = _FINALIZE_RETRY_S[0]
+        while self._slots:
+            if all(slot.reported for slot in self._slots):
+                # Only outcomes that failed to apply are left.
+                await trio.sleep(delay)
+                delay = min(delay * 2, _FINALIZE_RETRY_S[1])
+                await self._apply_pending()
+                continue
+            await self._handle(await inbox.receive())
+
+    # --- logging ---------------------------------------------------------------------
+
+    def _engine_error(
+        self, operation: str, job: Job | None, exc: EngineError, *, queue: str | None = None
+    ) -> None:
+        self._counts["engine_errors"] += 1
+        message = "%s failed (%s: %s); will try again"
+        if job is None:
+            logger.warning(
+                "worker %s: " + message,
+                self._worker_id,
+                operation,
+                type(exc).__name__,
+                exc,
+                extra=_fields(self._worker_id, "engine_error", queue=queue),
+            )
+        else:
+            self._log(
+                logging.WARNING, "engine_error", job, message, operation, type(exc).__name__, exc
+            )
+
+    def _log(
+        self,
+        level: int,
+        event: str,
+        job: Job | None,
+        message: str,
+        *args: object,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        """Log one transition with the structured fields (R9); never the payload."""
+        if job is None:
+            logger.log(
+                level, message, *args, exc_info=exc_info, extra=_fields(self._worker_id, event)
+            )
+            return
+        logger.log(
+            level,
+            "worker %s: job %s/%d attempt %d: " + message,
+            self._worker_id,
+            job.queue,
+            job.id,
+            job.attempts,
+            *args,
+            exc_info=exc_info,
+            extra=_fields(
+                self._worker_id, event, job_id=job.id, queue=job.queue, attempt=job.attempts
+            ),
+        )
+
+
+def _fields(
+    worker_id: str,
+    event: str,
+    *,
+    job_id: int | None = None,
+    queue: str | None = None,
+    attempt: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "event": event,
+        "job_id": job_id,
+        "queue": queue,
+        "attempt": attempt,
+        "worker_id": worker_id,
+    }
+
+
+def _error_text(text: object) -> str | None:
+    """Make any error text storable: a str without NUL or lone surrogates, at most
+    ``ERROR_MAX_CHARS`` characters."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        text = repr(text)
+    text = text.replace("\x00", "\\x00")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > ERROR_MAX_CHARS:
+        marker = "... [truncated]"
+        text = text[: ERROR_MAX_CHARS - len(marker)] + marker
+    return text
+
+
+def _describe(exc: BaseException) -> str:
+    """``"TypeName: message"`` for ``last_error``, even if ``str(exc)`` fails."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() failed>"
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    result = _error_text(text)
+    assert result is not None
+    return result
+
+
+def _check_count(param: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidArgument(f"{param} must be an int >= {minimum}; got {value!r}")
+    return value
+
+
+def _positive(param: str, value: object) -> float:
+    return v.check_duration(param, value, min_s=0, min_inclusive=False)
+
+
+def _check_handlers(
+    store: Store, handlers: Mapping[str | Queue, Handler]
+) -> tuple[tuple[Queue, ...], dict[str, Handler]]:
+    if not isinstance(store, Store):
+        raise InvalidArgument(f"store must be a Store; got {type(store).__name__}")
+    if not hasattr(handlers, "items") or isinstance(handlers, str | bytes):
+        raise InvalidArgument(
+            f"handlers must map queue names or Queue handles to async handlers; got "
+            f"{type(handlers).__name__}"
+        )
+    queues: list[Queue] = []
+    by_name: dict[str, Handler] = {}
+    for key, handler in handlers.items():
+        if isinstance(key, Queue):
+            if key._store is not store:
+                raise InvalidArgument(f"queue handle {key.name!r} belongs to another store")
+            queue = key
+        elif isinstance(key, str):
+            queue = store.queue(key)
+        else:
+            raise InvalidArgument(
+                f"handlers keys must be queue names or Queue handles; got {type(key).__name__}"
+            )
+        if queue.name in by_name:
+            raise InvalidArgument(f"handlers names queue {queue.name!r} twice; name it once")
+        if not callable(handler):
+            raise InvalidArgument(
+                f"the handler of queue {queue.name!r} must be an async function; got "
+                f"{type(handler).__name__}"
+            )
+        queues.append(queue)
+        by_name[queue.name] = handler
+    if not queues:
+        raise InvalidArgument("handlers must name at least one queue; got none")
+    return tuple(queues), by_name

@@ -1,0 +1,750 @@
+"""R1-R10: the worker on the in-memory engine.
+
+Every test runs on trio's ``MockClock(autojump_threshold=0)`` (the ``autojump_clock``
+fixture), and the store's clock follows it (:class:`TrioClock`), so leases, delays,
+heartbeats and grace periods pass instantly and the times asserted below are exact.
+Nothing sleeps for real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import trio
+
+from alkstore_trio import EngineError, InvalidArgument, QueueOpts, SupervisorEscalated, open_store
+from alkstore_trio._runtime._outcomes import Fail, Retry
+from alkstore_trio._runtime._worker import Worker, WorkerStatistics
+
+T0 = datetime(2000, 1, 1, tzinfo=UTC)
+LOGGER = "alkstore_trio.worker"
+
+
+class TrioClock:
+    """The store's clock, following trio's (mock) clock."""
+
+    def now(self) -> datetime:
+        return T0 + timedelta(seconds=trio.current_time())
+
+
+_START = [0.0]
+
+
+def approx(seconds):
+    return pytest.approx(seconds, abs=0.05)
+
+
+def now():
+    """Seconds since the test's store opened (trio's mock clock does not start at 0)."""
+    return trio.current_time() - _START[0]
+
+
+@pytest.fixture
+async def store(autojump_clock):
+    _START[0] = trio.current_time()
+    async with open_store("memory://", clock=TrioClock()) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def running(worker):
+    """Run ``worker`` for the block; stop it gracefully at the end."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        yield worker
+        worker.stop()
+
+
+async def wait_until(predicate, *, step=0.01, limit=300.0):
+    deadline = now() + limit
+    while not predicate():
+        assert now() < deadline, "condition never became true"
+        await trio.sleep(step)
+
+
+class Recorder:
+    """A handler that records each run's start time, and then does what ``action`` says."""
+
+    def __init__(self, action=None):
+        self.action = action
+        self.starts: list[tuple[int, int, float]] = []
+        self.cancelled: list[tuple[int, float]] = []
+        self.running = 0
+        self.max_running = 0
+
+    async def __call__(self, job):
+        self.starts.append((job.id, job.attempts, now()))
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            if self.action is not None:
+                await self.action(job)
+        except trio.Cancelled:
+            self.cancelled.append((job.id, now()))
+            raise
+        finally:
+            self.running -= 1
+
+
+async def forever(job):
+    await trio.sleep_forever()
+
+
+# --- R2 / R5: outcomes ------------------------------------------------------------------
+
+
+async def test_r2_returned_jobs_are_acked_and_nursery_start_works(autojump_clock, store):
+    queue = store.queue("q")
+    ids = await queue.enqueue_many([b"a", b"b", b"c"])
+    handler = Recorder()
+    worker = Worker(store, {"q": handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 3)
+    assert sorted(i for i, _, _ in handler.starts) == ids
+    for job_id in ids:
+        assert await queue.get_job(job_id) is None
+    stats = worker.statistics()
+    assert (stats.claimed, stats.acked, stats.retried, stats.in_flight) == (3, 3, 0, 0)
+
+
+async def test_r5_retry_gives_the_job_back_with_its_delay_and_error(autojump_clock, store):
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        raise Retry(delay_s=100, error="later")
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().retried == 1)
+        job = await queue.get_job(job_id)
+    assert job.state == "pending"
+    assert job.attempts == 1
+    assert job.last_error == "later"
+    expected = TrioClock().now() + timedelta(seconds=100)
+    assert abs((job.run_at - expected).total_seconds()) < 0.05
+
+
+async def test_r5_fail_dead_letters_now(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(max_attempts=5))
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        raise Fail("bad input")
+
+    worker = Worker(store, {queue: Recorder(action)})
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().dead_lettered == 1)
+    job = await queue.get_job(job_id)
+    assert (job.state, job.last_error, job.attempts) == ("dead", "bad input", 1)
+
+
+async def test_r5_other_exceptions_retry_with_type_and_message_then_dead_letter(
+    autojump_clock, store
+):
+    queue = store.queue("q", QueueOpts(max_attempts=2, backoff_base_s=0))
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        raise ValueError(f"boom\x00{job.attempts}")
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, poll_interval_s=5)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().dead_lettered == 1)
+    job = await queue.get_job(job_id)
+    assert job.state == "dead"
+    assert job.last_error == "ValueError: boom\\x002"
+    assert [attempt for _, attempt, _ in handler.starts] == [1, 2]
+    stats = worker.statistics()
+    assert (stats.retried, stats.dead_lettered, stats.handler_errors) == (1, 1, 2)
+
+
+async def test_r5_long_and_odd_error_text_is_made_storable(autojump_clock, store):
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        raise RuntimeError("\ud800" + "x" * 100_000)
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().retried == 1)
+    job = await queue.get_job(job_id)
+    assert job.last_error.startswith("RuntimeError: \\ud800xxx")
+    assert job.last_error.endswith("[truncated]")
+    assert len(job.last_error) == 65536
+
+
+async def test_r5_job_timeout_cancels_the_handler_and_retries(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(backoff_base_s=1000))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, job_timeout_s=2.5, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().retried == 1)
+    assert handler.cancelled == [(job_id, approx(2.5))]
+    job = await queue.get_job(job_id)
+    assert job.state == "pending"
+    assert job.last_error == "job timed out after 2.5s (job_timeout_s)"
+    assert worker.statistics().timed_out == 1
+
+
+# --- R6: heartbeats ---------------------------------------------------------------------
+
+
+async def test_r6_heartbeats_keep_a_long_job_alive(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=3))
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        await trio.sleep(20)
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert await queue.get_job(job_id) is None
+    assert worker.statistics().lease_lost == 0
+
+
+async def test_r6_lost_lease_cancels_the_handler(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: handler.starts)
+        await trio.sleep(1)
+        assert await queue.cancel(job_id)
+        await wait_until(lambda: worker.statistics().lease_lost == 1)
+        # The first heartbeat (a third of the visibility timeout) is refused: the handler
+        # is cancelled at once, and no other operation is attempted for the claim.
+        assert handler.cancelled == [(job_id, approx(10.0))]
+        await wait_until(lambda: worker.statistics().in_flight == 0)
+    stats = worker.statistics()
+    assert (stats.acked, stats.retried, stats.released, stats.lease_lost) == (0, 0, 0, 1)
+
+
+async def test_r6_explicit_heartbeat_interval(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, heartbeat_interval_s=2, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: handler.starts)
+        await queue.cancel(job_id)
+        await wait_until(lambda: handler.cancelled)
+    assert handler.cancelled == [(job_id, approx(2.0))]
+
+
+async def test_r6_a_lapsed_and_reclaimed_claim_cancels_the_handler(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=3))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    # Heartbeats too rare for the lease: the claim lapses at 3 and is reclaimed at 4.
+    worker = Worker(store, {queue: handler}, heartbeat_interval_s=10, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: handler.starts)
+        await trio.sleep(4)
+        other = await queue.claim_one("another-worker")
+        assert (other.id, other.job.attempts) == (job_id, 2)
+        await wait_until(lambda: handler.cancelled)
+        assert handler.cancelled == [(job_id, approx(10.0))]
+        await wait_until(lambda: worker.statistics().in_flight == 0)
+        # The worker attempted nothing on the row that the other worker now holds.
+        job = await queue.get_job(job_id)
+        assert (job.claimed_by, job.attempts, job.last_error) == ("another-worker", 2, None)
+    stats = worker.statistics()
+    assert (stats.lease_lost, stats.acked, stats.retried) == (1, 0, 0)
+
+
+async def test_r6_a_refused_outcome_counts_as_lease_lost(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    cancelled = trio.Event()
+
+    async def action(job):
+        await cancelled.wait()  # finishes before its first heartbeat
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1000)
+    async with running(worker):
+        await trio.sleep(1)
+        assert await queue.cancel(job_id)
+        cancelled.set()
+        await wait_until(lambda: worker.statistics().in_flight == 0)
+    stats = worker.statistics()
+    assert (stats.lease_lost, stats.acked) == (1, 0)
+    assert await queue.get_job(job_id) is None
+
+
+# --- R2: concurrency and claiming -----------------------------------------------------
+
+
+async def test_r2_concurrency_limit_is_respected(autojump_clock, store):
+    queue = store.queue("q")
+    await queue.enqueue_many([b"x"] * 10)
+
+    async def action(job):
+        await trio.sleep(1)
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, concurrency=3, claim_batch_max=2)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 10)
+    assert handler.max_running == 3
+    # Freed slots are refilled at once while the queue still has work (drain).
+    assert now() == pytest.approx(4, abs=0.05)
+    assert worker.statistics().claimed == 10
+
+
+async def test_r2_queues_are_served_round_robin(autojump_clock, store):
+    a, b = store.queue("a"), store.queue("b")
+    await a.enqueue_many([b"x"] * 4)
+    await b.enqueue_many([b"x"] * 4)
+    order = []
+
+    async def handler(job):
+        order.append(job.queue)
+        await trio.sleep(1)
+
+    worker = Worker(store, {a: handler, b: handler}, concurrency=2, claim_batch_max=1)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 8)
+    assert order[:2] in (["a", "b"], ["b", "a"])
+
+
+async def test_r3_a_wake_starts_a_job_without_waiting_for_the_poll(autojump_clock, store):
+    queue = store.queue("q")
+    handler = Recorder()
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await trio.sleep(5)
+        job_id = await queue.enqueue(b"x")
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert handler.starts == [(job_id, 1, approx(5.0))]
+
+
+async def test_r4_the_repoll_picks_up_a_delayed_job(autojump_clock, store):
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x", delay_s=7)
+    handler = Recorder()
+    worker = Worker(store, {queue: handler}, poll_interval_s=5)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert handler.starts == [(job_id, 1, pytest.approx(10.0, abs=0.02))]
+
+
+async def test_r4_a_known_delay_wakes_the_dispatcher_when_due(autojump_clock, store):
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        if job.attempts == 1:
+            raise Retry(delay_s=2)
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert [(i, n) for i, n, _ in handler.starts] == [(job_id, 1), (job_id, 2)]
+    assert handler.starts[1][2] == pytest.approx(2.0, abs=0.02)
+
+
+# --- R3 / R1: supervision -------------------------------------------------------------
+
+
+class CrashingListener:
+    async def wait(self, timeout_s=None):
+        await trio.sleep(1)
+        raise EngineError("connection lost")
+
+
+def crash_listener(monkeypatch, store, times):
+    """Make the first ``times`` wake listeners crash one second after they open."""
+    real = store.open_wake_listener
+    calls = []
+
+    @asynccontextmanager
+    async def crashing(queues):
+        yield CrashingListener()
+
+    def patched(queues):
+        calls.append(queues)
+        return crashing(queues) if len(calls) <= times else real(queues)
+
+    monkeypatch.setattr(store, "open_wake_listener", patched)
+    return calls
+
+
+async def test_r3_a_crashed_listener_is_restarted(autojump_clock, store, monkeypatch):
+    calls = crash_listener(monkeypatch, store, times=1)
+    queue = store.queue("q")
+    handler = Recorder()
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await trio.sleep(10)
+        assert len(calls) == 2
+        assert worker._supervisor.statistics().child("listener").restarts == 1
+        job_id = await queue.enqueue(b"x")
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert handler.starts == [(job_id, 1, approx(10.0))]
+
+
+async def test_r1_escalation_releases_the_claimed_jobs_and_fails_loudly(
+    autojump_clock, store, monkeypatch
+):
+    crash_listener(monkeypatch, store, times=100)
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, max_restarts=2, shutdown_grace_s=1)
+    with pytest.raises(SupervisorEscalated):
+        await worker.run()
+    job = await queue.get_job(job_id)
+    assert (job.state, job.attempts, job.last_error) == ("pending", 1, "worker stopped")
+    assert worker.statistics().released == 1
+    assert worker.statistics().in_flight == 0
+
+
+# --- R7: graceful stop ----------------------------------------------------------------
+
+
+async def test_r7_stop_lets_running_handlers_finish_within_the_grace(autojump_clock, store):
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        await trio.sleep(3)
+
+    worker = Worker(store, {queue: Recorder(action)}, shutdown_grace_s=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await trio.sleep(1)
+        worker.stop()
+        await queue.enqueue(b"not claimed after stop")
+    assert now() == pytest.approx(3.0, abs=0.02)
+    assert await queue.get_job(job_id) is None
+    stats = worker.statistics()
+    assert (stats.claimed, stats.acked, stats.in_flight) == (1, 1, 0)
+
+
+async def test_r7_stop_cancels_after_the_grace_and_releases_the_jobs(autojump_clock, store):
+    queue = store.queue("q")
+    ids = await queue.enqueue_many([b"x", b"y"])
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, shutdown_grace_s=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await trio.sleep(1)
+        worker.stop()
+    assert now() == pytest.approx(6.0, abs=0.02)
+    assert sorted(handler.cancelled) == [(ids[0], approx(6.0)), (ids[1], approx(6.0))]
+    for job_id in ids:
+        job = await queue.get_job(job_id)
+        assert (job.state, job.attempts, job.last_error, job.claimed_by) == (
+            "pending",
+            1,
+            "worker stopped",
+            None,
+        )
+    stats = worker.statistics()
+    assert (stats.released, stats.in_flight, stats.retried) == (2, 0, 0)
+
+
+async def test_r7_cancelling_run_is_a_graceful_stop(autojump_clock, store):
+    queue = store.queue("q")
+    quick, slow = await queue.enqueue_many([b"quick", b"slow"])
+
+    async def action(job):
+        await trio.sleep(2 if job.payload == b"quick" else 100)
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, shutdown_grace_s=5)
+    with trio.move_on_after(1):
+        await worker.run()
+    # Cancelled at 1: the quick handler finished within the grace, the slow one was
+    # cancelled when the grace ran out (1 + 5) and its job released.
+    assert now() == pytest.approx(6.0, abs=0.02)
+    assert await queue.get_job(quick) is None
+    job = await queue.get_job(slow)
+    assert (job.state, job.last_error) == ("pending", "worker stopped")
+    assert handler.cancelled == [(slow, approx(6.0))]
+
+
+async def test_r7_stop_before_run_returns_at_once(autojump_clock, store):
+    worker = Worker(store, {"q": Recorder()})
+    worker.stop()
+    await worker.run()
+    with pytest.raises(RuntimeError, match="already ran"):
+        await worker.run()
+
+
+# --- R8: faults -----------------------------------------------------------------------
+
+
+async def test_r8_handler_exceptions_never_crash_the_worker(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(max_attempts=1))
+    kinds = [b"ok", b"type", b"retry", b"fail", b"key", b"ok"]
+    await queue.enqueue_many(kinds)
+
+    async def action(job):
+        if job.payload == b"type":
+            raise TypeError("bad")
+        if job.payload == b"retry":
+            raise Retry(error="again")
+        if job.payload == b"fail":
+            raise Fail()
+        if job.payload == b"key":
+            raise KeyError("missing")
+
+    worker = Worker(store, {queue: Recorder(action)})
+    async with running(worker):
+        await wait_until(
+            lambda: worker.statistics().in_flight == 0 and worker.statistics().claimed == 6
+        )
+    stats = worker.statistics()
+    assert (stats.acked, stats.dead_lettered, stats.handler_errors) == (2, 4, 2)
+
+
+async def test_r8_engine_errors_are_retried_not_fatal(autojump_clock, store, monkeypatch):
+    queue = store.queue("q")
+    await queue.enqueue(b"x")
+    failures = []
+    real_claim = type(queue).claim_batch
+
+    async def flaky_claim(self, worker_id, n):
+        if len(failures) < 2:
+            failures.append(now())
+            raise EngineError("database unreachable")
+        return await real_claim(self, worker_id, n)
+
+    monkeypatch.setattr(type(queue), "claim_batch", flaky_claim)
+    worker = Worker(store, {queue: Recorder()}, poll_interval_s=5)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert worker.statistics().engine_errors == 2
+    # Both failures came at the start (the first claim, and the listener's first wake);
+    # the claim was tried again on the next tick, and the worker went on.
+    assert failures == [approx(0.0), approx(0.0)]
+    assert now() == approx(5.0)
+
+
+async def test_r8_a_failed_outcome_or_heartbeat_is_tried_again(autojump_clock, store, monkeypatch):
+    from alkstore_trio import JobHandle
+
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    real_ack, real_heartbeat = JobHandle.ack, JobHandle.heartbeat
+    calls = {"ack": 0, "heartbeat": 0}
+
+    async def flaky_ack(self):
+        calls["ack"] += 1
+        if calls["ack"] == 1:
+            raise EngineError("database unreachable")
+        return await real_ack(self)
+
+    async def flaky_heartbeat(self, extend_s=None):
+        calls["heartbeat"] += 1
+        if calls["heartbeat"] == 1:
+            raise EngineError("database unreachable")
+        return await real_heartbeat(self, extend_s)
+
+    monkeypatch.setattr(JobHandle, "ack", flaky_ack)
+    monkeypatch.setattr(JobHandle, "heartbeat", flaky_heartbeat)
+
+    async def action(job):
+        await trio.sleep(25)  # heartbeats at 10 (fails) and 20 (renews to 50)
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=7)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+        # The ack failed at 25; the slot stayed in flight and the tick at 28 applied it.
+        assert now() == approx(28.0)
+    assert calls == {"ack": 2, "heartbeat": 2}
+    stats = worker.statistics()
+    assert (stats.engine_errors, stats.lease_lost, stats.in_flight) == (2, 0, 0)
+    assert await queue.get_job(job_id) is None
+
+
+# --- R9: observability ----------------------------------------------------------------
+
+
+async def test_r9_transitions_are_logged_with_structured_fields(autojump_clock, store, caplog):
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"secret-payload")
+    worker = Worker(store, {queue: Recorder()}, worker_id="w-1")
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    job_records = [r for r in caplog.records if r.name == LOGGER and r.job_id is not None]
+    assert {r.event for r in job_records} >= {"claim", "start", "ack"}
+    for record in job_records:
+        assert (record.job_id, record.queue, record.attempt, record.worker_id) == (
+            job_id,
+            "q",
+            1,
+            "w-1",
+        )
+    assert "secret-payload" not in caplog.text
+
+
+async def test_r9_statistics_are_a_frozen_consistent_snapshot(autojump_clock, store):
+    queue = store.queue("q")
+    await queue.enqueue_many([b"x"] * 3)
+
+    async def action(job):
+        await trio.sleep(2)
+
+    worker = Worker(store, {queue: Recorder(action)})
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().started == 3)
+        during = worker.statistics()
+        await wait_until(lambda: worker.statistics().acked == 3)
+    after = worker.statistics()
+    assert isinstance(after, WorkerStatistics)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        after.acked = 0  # type: ignore[misc]
+    assert (during.in_flight, during.acked) == (3, 0)
+    assert (after.claimed, after.acked, after.in_flight, after.finished) == (3, 3, 0, 3)
+    assert after.run_time_total_s == pytest.approx(6.0)
+    assert after.run_time_mean_s == pytest.approx(2.0)
+    assert after.claim_to_start_mean_s == pytest.approx(0.0, abs=0.01)
+    assert after.worker_id == worker.worker_id
+
+
+# --- R10: sweeps ----------------------------------------------------------------------
+
+
+async def test_r10_expired_jobs_are_swept_on_a_cadence(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(expires_in_s=5))
+    job_id = await queue.enqueue(b"x", delay_s=1000)
+    worker = Worker(store, {queue: Recorder()}, sweep_interval_s=10, poll_interval_s=1000)
+    async with running(worker):
+        await trio.sleep(9)
+        assert (await queue.get_job(job_id)).state == "pending"
+        await trio.sleep(2)
+        job = await queue.get_job(job_id)
+    assert (job.state, job.last_error) == ("dead", "expired")
+
+
+# --- construction ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": True}, "concurrency"),
+        ({"poll_interval_s": 0}, "poll_interval_s"),
+        ({"poll_interval_s": float("nan")}, "poll_interval_s"),
+        ({"heartbeat_interval_s": -1}, "heartbeat_interval_s"),
+        ({"job_timeout_s": 0}, "job_timeout_s"),
+        ({"shutdown_grace_s": -1}, "shutdown_grace_s"),
+        ({"claim_batch_max": 0}, "claim_batch_max"),
+        ({"sweep_interval_s": float("inf")}, "sweep_interval_s"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"restart_window_s": 0}, "restart_window_s"),
+        ({"worker_id": ""}, "worker_id"),
+    ],
+)
+async def test_worker_validates_its_arguments(autojump_clock, store, kwargs, match):
+    with pytest.raises(InvalidArgument, match=match):
+        Worker(store, {"q": Recorder()}, **kwargs)
+
+
+async def test_worker_validates_its_handlers(autojump_clock, store):
+    async with open_store("memory://") as other:
+        with pytest.raises(InvalidArgument, match="another store"):
+            Worker(store, {other.queue("q"): Recorder()})
+    with pytest.raises(InvalidArgument, match="at least one"):
+        Worker(store, {})
+    with pytest.raises(InvalidArgument, match="twice"):
+        Worker(store, {"q": Recorder(), store.queue("q"): Recorder()})
+    with pytest.raises(InvalidArgument, match="async function"):
+        Worker(store, {"q": 42})
+    with pytest.raises(InvalidArgument, match="queue name"):
+        Worker(store, {"alk_reserved": Recorder()})
+
+
+async def test_worker_id_defaults_to_host_pid_random(autojump_clock, store):
+    import os
+
+    a, b = Worker(store, {"q": Recorder()}), Worker(store, {"q": Recorder()})
+    assert f":{os.getpid()}:" in a.worker_id
+    assert a.worker_id != b.worker_id
+
+
+def test_retry_validates_its_delay():
+    with pytest.raises(ValueError, match="delay_s"):
+        Retry(delay_s=-1)
+    assert Retry(delay_s=1).delay_s == 1.0
+    assert Fail().error is None
+
+
+# --- PostgreSQL -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_schema(pg_dsn):
+    """A fresh schema name on the test server; dropped after the test."""
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg import sql
+
+    name = "t_worker_" + secrets.token_hex(5)
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+async def test_r2_r5_r7_the_worker_runs_on_postgresql(pg_dsn, pg_schema):
+    """The same worker on the PostgreSQL engine, with the real clock and tiny timeouts:
+    wakes via LISTEN/NOTIFY, every outcome, heartbeats, and a release on stop."""
+    async with open_store(pg_dsn, schema=pg_schema, migrate="apply", pool_size=4) as pg:
+        queue = pg.queue("q", QueueOpts(visibility_timeout_s=0.6, max_attempts=3))
+        seen: list[tuple[bytes, int]] = []
+
+        async def handler(job):
+            seen.append((job.payload, job.attempts))
+            if job.payload == b"retry" and job.attempts == 1:
+                raise Retry(delay_s=0, error="once more")
+            if job.payload == b"fail":
+                raise Fail("no")
+            if job.payload == b"slow":
+                await trio.sleep(1.5)  # outlives the lease: heartbeats keep it
+            if job.payload == b"hang":
+                await trio.sleep_forever()
+
+        worker = Worker(pg, {queue: handler}, poll_interval_s=0.5, shutdown_grace_s=0.2)
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                ok, retry, fail, slow = await queue.enqueue_many(
+                    [b"ok", b"retry", b"fail", b"slow"]
+                )
+                await wait_until(
+                    lambda: (
+                        (worker.statistics().acked, worker.statistics().dead_lettered) == (3, 1)
+                    ),
+                    step=0.05,
+                )
+                hang = await queue.enqueue(b"hang")
+                await wait_until(lambda: (b"hang", 1) in seen, step=0.05)
+                worker.stop()
+        for job_id in (ok, retry, slow):
+            assert await queue.get_job(job_id) is None
+        failed = await queue.get_job(fail)
+        assert (failed.state, failed.last_error) == ("dead", "no")
+        released = await queue.get_job(hang)
+        assert (released.state, released.attempts, released.last_error) == (
+            "pending",
+            1,
+            "worker stopped",
+        )
+        stats = worker.statistics()
+        assert (stats.acked, stats.retried, stats.dead_lettered, stats.released) == (3, 1, 1, 1)
+        assert (stats.lease_lost, stats.in_flight) == (0, 0)
