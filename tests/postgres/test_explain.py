@@ -183,6 +183,23 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
+        "enqueue_one": [
+            (
+                "single",
+                {
+                    "queue": QUEUE,
+                    "payload": b'{"to": "ada@example.com"}',
+                    "priority": 0,
+                    "delay_s": 5.0,
+                    "run_at": None,
+                    "max_attempts": 3,
+                    "visibility_timeout_s": 300.0,
+                    "backoff_base_s": 5.0,
+                    "expires_in_s": None,
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                },
+            )
+        ],
         "claim": [
             ("one", {"queue": QUEUE, "worker_id": "worker-1", "n": 1}),
             ("batch", {"queue": QUEUE, "worker_id": "worker-1", "n": 100}),

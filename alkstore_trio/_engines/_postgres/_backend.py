@@ -94,7 +94,8 @@ class PostgresBackend:
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
         self._listening: set[str] = set()
-        self._listen_changed = trio.Event()
+        self._listen_changed = False
+        self._listen_wait: trio.CancelScope | None = None
         self._listen_progress = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._listener_started = False
@@ -107,11 +108,14 @@ class PostgresBackend:
         return channel
 
     async def _run(self, name: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        return await self._execute(self._q[name], params)
+
+    async def _execute(self, query: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
         if self._closed:
             raise StoreClosed("the store is closed")
         try:
             async with self._pool.connection() as conn:
-                return await conn.execute(self._q[name], params)
+                return await conn.execute(query, params)
         except psycopg.Error as exc:
             raise _engine_error(exc) from exc
         except _pool.PoolClosed as exc:
@@ -122,15 +126,17 @@ class PostgresBackend:
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
         ids: list[int] = []
         for group in _groups(specs):
-            rows = await self._run("enqueue", self._enqueue_params(group))
+            query, params = self._enqueue_statement(group)
+            rows = await self._execute(query, params)
             ids.extend(row[0] for row in rows)
         return ids
 
-    def _enqueue_params(self, group: Sequence[EnqueueSpec]) -> dict[str, object]:
+    def _enqueue_statement(self, group: Sequence[EnqueueSpec]) -> tuple[str, dict[str, object]]:
+        """The enqueue statement for one group and its parameters (``enqueue_one`` for a
+        single payload: the same effect without the unnest)."""
         first = group[0]
-        return {
+        params: dict[str, object] = {
             "queue": first.queue,
-            "payloads": [spec.payload for spec in group],
             "priority": first.priority,
             "delay_s": first.delay_s,
             "run_at": first.run_at,
@@ -140,6 +146,11 @@ class PostgresBackend:
             "expires_in_s": first.expires_in_s,
             "channel": self._channel(first.queue),
         }
+        if len(group) == 1:
+            params["payload"] = first.payload
+            return self._q["enqueue_one"], params
+        params["payloads"] = [spec.payload for spec in group]
+        return self._q["enqueue"], params
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
@@ -228,7 +239,7 @@ class PostgresBackend:
         """Refuse new operations and stop the listener. Idempotent."""
         self._closed = True
         self.wakes.close()
-        self._listen_changed.set()
+        self._poke_listener()
 
     # -- the listener ------------------------------------------------------------------
 
@@ -244,7 +255,7 @@ class PostgresBackend:
                 raise StoreClosed("the store is not running")
             self._listener_started = True
             self._nursery.start_soon(self._serve_listener)
-        self._listen_changed.set()
+        self._poke_listener()
         while not channels <= self._listening:
             if self._closed:
                 raise StoreClosed("the store is closed")
@@ -285,7 +296,7 @@ class PostgresBackend:
     async def _listen_on(self, conn: _driver.Connection, *, reconnected: bool) -> None:
         wake_everyone = reconnected
         while not self._closed:
-            self._listen_changed = trio.Event()
+            self._listen_changed = False
             wanted = {self._channel(queue) for queue in self.wakes.subscribed_queues()}
             new = wanted - self._listening
             if new:
@@ -297,30 +308,20 @@ class PostgresBackend:
                 # everyone so their claim loops look for work once.
                 self.wakes.publish_all()
                 wake_everyone = False
-            notes = await self._wait_notes_or_change(conn, self._listen_changed)
+            notes: list[_driver.Notify] = []
+            with trio.CancelScope() as self._listen_wait:
+                if self._listen_changed:
+                    self._listen_wait.cancel()
+                notes = await conn.wait_notifies(timeout_s=None)
+            self._listen_wait = None
             queues = {self._channels[n.channel] for n in notes if n.channel in self._channels}
             self.wakes.publish(queues)
 
-    @staticmethod
-    async def _wait_notes_or_change(
-        conn: _driver.Connection, changed: trio.Event
-    ) -> list[_driver.Notify]:
-        """Wait for notifications, or until the set of wanted channels changed."""
-        notes: list[_driver.Notify] = []
-        # A lost connection surfaces from wait_notes as itself, not as a group.
-        async with open_background_nursery() as nursery:
-
-            async def wait_changed() -> None:
-                await changed.wait()
-                nursery.cancel_scope.cancel()
-
-            async def wait_notes() -> None:
-                notes.extend(await conn.wait_notifies(timeout_s=None))
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(wait_changed)
-            nursery.start_soon(wait_notes)
-        return notes
+    def _poke_listener(self) -> None:
+        """Make the listener task look at its channels again (or notice the close)."""
+        self._listen_changed = True
+        if self._listen_wait is not None:
+            self._listen_wait.cancel()
 
 
 def _groups(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
@@ -362,9 +363,7 @@ class PostgresTransaction:
         backend = self._backend
         for group in _groups(specs):
             try:
-                rows = await self._conn.execute(
-                    backend._q["enqueue"], backend._enqueue_params(group)
-                )
+                rows = await self._conn.execute(*backend._enqueue_statement(group))
             except psycopg.Error as exc:
                 raise _engine_error(exc) from exc
             ids.extend(row[0] for row in rows)

@@ -10,6 +10,10 @@
 -- A single UPDATE/DELETE with V in its WHERE clause locks the row and re-checks V on
 -- its latest version (READ COMMITTED re-evaluation), so the check and the effect are
 -- one atomic unit: a concurrent reclaim either happened first (V fails) or waits.
+-- Statements that find rows by id write V as `(V) IS TRUE`: the same truth value, but
+-- it no longer matches the partial lease index's predicate, so the planner cannot pick
+-- a scan of every lease in the queue over the primary key (it did, with thousands of
+-- leases in flight and statistics taken while there were few).
 
 -- name: enqueue
 -- Q2: one row per payload (in order), resolved with one clock read; the wake is a
@@ -35,6 +39,30 @@ WITH inserted AS (
 SELECT inserted.id
 FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake
 ORDER BY inserted.id;
+
+-- name: enqueue_one
+-- Q2 for a single payload: the same row and wake as `enqueue`, without the unnest and
+-- its sorts (the common case of one job per call).
+WITH inserted AS (
+    INSERT INTO @schema@.jobs (
+        queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at
+    )
+    SELECT
+        %(queue)s::text, %(payload)s::bytea, %(priority)s::integer, 'pending', 0,
+        %(max_attempts)s::integer,
+        CASE
+            WHEN %(delay_s)s::float8 IS NOT NULL
+                THEN t.now + %(delay_s)s::float8 * interval '1 second'
+            ELSE coalesce(%(run_at)s::timestamptz, t.now)
+        END,
+        t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
+        t.now + %(expires_in_s)s::float8 * interval '1 second'
+    FROM (SELECT @schema@.alk_now() AS now) AS t
+    RETURNING id
+)
+SELECT inserted.id
+FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
 
 -- name: claim
 -- Q3: the pre-claim sweep and up to n claims, in one statement (one transaction).
@@ -105,16 +133,16 @@ UPDATE @schema@.jobs SET
     claim_expires_at = @schema@.alk_now()
         + coalesce(%(extend_s)s::float8, visibility_timeout_s) * interval '1 second'
 WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-    AND state = 'processing' AND attempts = %(token)s::integer
-    AND claim_expires_at >= @schema@.alk_now()
+    AND (state = 'processing' AND attempts = %(token)s::integer
+        AND claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING id;
 
 -- name: ack
 -- Q4: delete a validly claimed row.
 DELETE FROM @schema@.jobs
 WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-    AND state = 'processing' AND attempts = %(token)s::integer
-    AND claim_expires_at >= @schema@.alk_now()
+    AND (state = 'processing' AND attempts = %(token)s::integer
+        AND claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING id;
 
 -- name: retry
@@ -124,8 +152,8 @@ RETURNING id;
 WITH target AS MATERIALIZED (
     SELECT id, attempts >= max_attempts AS spent FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-        AND state = 'processing' AND attempts = %(token)s::integer
-        AND claim_expires_at >= @schema@.alk_now()
+        AND (state = 'processing' AND attempts = %(token)s::integer
+            AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     FOR UPDATE
 ),
 moved AS (
@@ -166,8 +194,8 @@ SELECT id FROM buried UNION ALL SELECT id FROM requeued;
 WITH moved AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-        AND state = 'processing' AND attempts = %(token)s::integer
-        AND claim_expires_at >= @schema@.alk_now()
+        AND (state = 'processing' AND attempts = %(token)s::integer
+            AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     RETURNING *
 )
 INSERT INTO @schema@.dead_jobs (
@@ -187,7 +215,7 @@ RETURNING id;
 WITH deleted AS (
     DELETE FROM @schema@.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
-        AND state = 'processing' AND claim_expires_at >= @schema@.alk_now()
+        AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     RETURNING 1
 )
 SELECT count(*) FROM deleted;
