@@ -39,6 +39,7 @@ logger = logging.getLogger("alkstore_trio.postgres")
 
 _LISTEN_BACKOFF_START_S: Final = 0.05
 _LISTEN_BACKOFF_MAX_S: Final = 5.0
+_SESSION_UTC_SQL: Final = "SET TIME ZONE 'UTC'"
 
 
 def _job(row: Sequence[Any]) -> Job:
@@ -435,7 +436,18 @@ async def open_postgres_backend(
 ) -> AsyncIterator[PostgresBackend]:
     """Open a pool on ``conninfo``, check (or apply) the schema, and run the backend
     (and, once a wake listener opens, its listener task) for the ``async with`` block."""
-    connect_fn = _driver.connect if connect is None else connect
+    driver_connect = _driver.connect if connect is None else connect
+
+    async def connect_fn(
+        conninfo: str, *, connect_timeout_s: float, application_name: str
+    ) -> _driver.Connection:
+        conn = await driver_connect(
+            conninfo, connect_timeout_s=connect_timeout_s, application_name=application_name
+        )
+        # Sessions in UTC: psycopg then returns timestamps already in datetime.UTC, so
+        # turning a claimed row into a Job needs no conversion (Q8 wants UTC anyway).
+        await conn.execute(_SESSION_UTC_SQL)
+        return conn
 
     async def listen_connect() -> _driver.Connection:
         return await connect_fn(
