@@ -14,6 +14,9 @@ from ._store import Store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
+
+    from ._engines._protocol import Backend
 
 
 class WallClock:
@@ -98,15 +101,10 @@ async def open_store(
         )
     max_bytes = v.check_int("max_payload_bytes", max_payload_bytes, lo=0, hi=2**30)
     scheme = url.partition("://")[0].lower() if "://" in url else ""
+    engine: AbstractAsyncContextManager[Backend]
     if scheme == "memory":
-        async with open_memory_backend(clock or WallClock()) as backend:
-            store = Store(backend, rng=rng or random.Random(), max_payload_bytes=max_bytes)
-            try:
-                yield store
-            finally:
-                store._closed = True
-        return
-    if _is_postgres(url):
+        engine = open_memory_backend(clock or WallClock())
+    elif _is_postgres(url):
         if clock is not None:
             raise InvalidArgument(
                 "clock is for the in-memory engine only; PostgreSQL uses the database clock"
@@ -120,13 +118,15 @@ async def open_store(
             migrate=migrate,
             application_name=application_name,
         )
-        async with pg.open_postgres_backend(url, **options) as pg_backend:
-            store = Store(pg_backend, rng=rng or random.Random(), max_payload_bytes=max_bytes)
-            try:
-                yield store
-            finally:
-                store._closed = True
-        return
-    raise InvalidArgument(
-        f"url must be 'memory://', a postgresql:// URL or a libpq conninfo; got {_redacted(url)}"
-    )
+        engine = pg.open_postgres_backend(url, **options)
+    else:
+        raise InvalidArgument(
+            "url must be 'memory://', a postgresql:// URL or a libpq conninfo; "
+            f"got {_redacted(url)}"
+        )
+    async with engine as backend:
+        store = Store(backend, rng=rng or random.Random(), max_payload_bytes=max_bytes)
+        try:
+            yield store
+        finally:
+            store._closed = True
