@@ -9,11 +9,14 @@ and ``thread`` (psycopg's sync API in worker threads), whichever one ``connect``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL tests need psycopg 3")
+
+from psycopg import sql as pgsql  # noqa: E402 - after importorskip
 
 from alkstore_trio._engines._postgres import _driver  # noqa: E402 - after importorskip
 
@@ -82,3 +85,30 @@ async def observer(pg_dsn: str) -> AsyncIterator[_driver.Connection]:
         yield connection
     finally:
         await connection.aclose()
+
+
+@pytest.fixture
+def make_schema(pg_dsn: str) -> Iterator[Callable[..., str]]:
+    """``make_schema(length=None, prefix="t_")``: a fresh schema name (padded to
+    ``length``); every schema made is dropped after the test."""
+    names: list[str] = []
+
+    def make(length: int | None = None, prefix: str = "t_") -> str:
+        name = prefix + secrets.token_hex(6)
+        if length is not None:
+            name = (name + "_" * length)[:length]
+        names.append(name)
+        return name
+
+    yield make
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for name in names:
+            conn.execute(
+                pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(pgsql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def schema(make_schema: Callable[..., str]) -> str:
+    """A fresh schema name; the schema (if created) is dropped after the test."""
+    return make_schema()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import secrets
 import subprocess
 import sys
 from collections import Counter
@@ -20,7 +19,6 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 import trio
 from psycopg import sql
@@ -30,15 +28,6 @@ from alkstore_trio.testing._postgres import PostgresHarness
 
 DRAIN_WORKER = Path(__file__).with_name("_drain_worker.py")
 APP = "alkstore-trio-tests:concurrency"
-
-
-@pytest.fixture
-def schema(pg_dsn):
-    """A fresh schema name; the schema (if created) is dropped after the test."""
-    name = "t_" + secrets.token_hex(6)
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def open_pg(dsn, schema, *, pool_size=4):

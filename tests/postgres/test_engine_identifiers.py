@@ -27,30 +27,6 @@ SQLISH = [
 ]
 
 
-@pytest.fixture
-def make_schema(pg_dsn):
-    """``make_schema(length=None, prefix="t_")``: a fresh schema name (padded to
-    ``length``); every schema made is dropped after the test."""
-    names = []
-
-    def make(length=None, prefix="t_"):
-        name = prefix + secrets.token_hex(6)
-        if length is not None:
-            name = (name + "_" * length)[:length]
-        names.append(name)
-        return name
-
-    yield make
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for name in names:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
-@pytest.fixture
-def schema(make_schema):
-    return make_schema()
-
-
 def open_pg(dsn, schema, **kwargs):
     return open_store(dsn, schema=schema, migrate="apply", application_name=APP, **kwargs)
 

@@ -17,37 +17,12 @@ import statistics
 import psycopg
 import pytest
 import trio
-from psycopg import sql
 
 from alkstore_trio import open_store
 from alkstore_trio._engines._postgres import _driver
 from alkstore_trio._engines._postgres._sql import CHANNEL_MAX_BYTES, wake_channel
 
 WAIT_S = 10.0  # generous bound of every real wait for a wake
-
-
-@pytest.fixture
-def make_schema(pg_dsn):
-    """``make_schema(length=None)``: a fresh schema name (padded to ``length``); every
-    schema made is dropped after the test."""
-    names = []
-
-    def make(length=None):
-        name = "t_" + secrets.token_hex(6)
-        if length is not None:
-            name = (name + "_" * length)[:length]
-        names.append(name)
-        return name
-
-    yield make
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for name in names:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
-@pytest.fixture
-def schema(make_schema):
-    return make_schema()
 
 
 def app_name():

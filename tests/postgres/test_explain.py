@@ -209,6 +209,16 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         "retry": [("delay", {**handle, "error": "boom", "delay_s": 10.0})],
         "bury": [("error", {**handle, "error": "failed"})],
         "ack_batch": [("ids", {"queue": QUEUE, "ids": data.processing_ids})],
+        "ack_claims": [
+            (
+                "pairs",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                },
+            )
+        ],
         "cancel": [("pending", {"id": data.pending_id, "queue": QUEUE})],
         "get_job": [
             ("live", {"id": data.pending_id, "queue": QUEUE}),
