@@ -321,6 +321,60 @@ class Queue:
             return 0
         return await self._backend.ack_batch(self._name, checked)
 
+    async def ack_handles(self, handles: Iterable[JobHandle]) -> list[bool]:
+        """Ack many claimed jobs of this queue with one statement (R2; see D18).
+
+        Each job is deleted only if its handle's claim is still valid (Q4's predicate,
+        claim token included), so a stale claim is refused per job, exactly as
+        :meth:`JobHandle.ack` would refuse it. Afterwards every handle is consumed.
+
+        Returns:
+            One bool per handle, in order: ``True`` if its job was deleted, ``False`` if
+            its claim was no longer valid (the row is left untouched).
+
+        Raises:
+            InvalidArgument: an item is not a job handle of this store and queue, or a job
+                appears twice.
+            HandleConsumed: a handle was already used for ack, retry or fail (nothing was
+                done).
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
+            raise InvalidArgument(
+                f"handles must be an iterable of job handles; got a {type(handles).__name__}"
+            )
+        checked = list(handles)
+        seen: set[int] = set()
+        for handle in checked:
+            if not isinstance(handle, JobHandle):
+                raise InvalidArgument(
+                    f"handles must hold job handles; got a {type(handle).__name__}"
+                )
+            if handle._queue._store is not self._store or handle._job.queue != self._name:
+                raise InvalidArgument(
+                    f"job handle {handle.id} belongs to another store or queue "
+                    f"(queue {handle._job.queue!r}), not to queue {self._name!r}"
+                )
+            if handle.id in seen:
+                raise InvalidArgument(f"job {handle.id} appears twice in handles")
+            seen.add(handle.id)
+        for handle in checked:
+            handle._check_usable()
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        claims = [(handle.id, handle._job.attempts) for handle in checked]
+        for handle in checked:
+            handle._consumed = True
+        try:
+            deleted = set(await self._backend.ack_claims(self._name, claims))
+        except BaseException:
+            for handle in checked:
+                handle._consumed = False
+            raise
+        return [handle.id in deleted for handle in checked]
+
     async def cancel(self, job_id: int) -> bool:
         """Delete this queue's live job, pending or processing (Q7).
 

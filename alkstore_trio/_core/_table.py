@@ -187,6 +187,17 @@ class JobTable:
                 count += 1
         return count
 
+    def ack_claims(self, queue: str, claims: Iterable[tuple[int, int]], now: datetime) -> list[int]:
+        """R2: delete each (job id, claim token) whose claim is valid (Q4's V) in this
+        queue, in one transition; the ids deleted, in the order given."""
+        self._observe(now)
+        deleted: list[int] = []
+        for job_id, token in dict.fromkeys(claims):
+            if self._valid(queue, job_id, token, now) is not None:
+                self._drop_live(job_id)
+                deleted.append(job_id)
+        return deleted
+
     def cancel(self, queue: str, job_id: int) -> bool:
         """Q7: delete this queue's live row, whatever its state."""
         job = self._live.get(job_id)

@@ -140,6 +140,9 @@ class MemoryBackend:
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         return await self._call(lambda table, now: table.ack_batch(queue, job_ids, now))
 
+    async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
+        return await self._call(lambda table, now: table.ack_claims(queue, claims, now))
+
     async def cancel(self, queue: str, job_id: int) -> bool:
         return await self._call(lambda table, now: table.cancel(queue, job_id))
 

@@ -68,6 +68,11 @@ class Backend(Protocol):
         """Q6: distinct ids; count of rows deleted."""
         ...
 
+    async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
+        """R2: delete each (job id, claim token) whose claim is valid (Q4's V) in this
+        queue, atomically in one statement; the ids deleted."""
+        ...
+
     async def cancel(self, queue: str, job_id: int) -> bool:
         """Q7."""
         ...

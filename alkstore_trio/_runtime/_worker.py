@@ -4,8 +4,9 @@ Why it is shaped this way. Every change of a job's state (claim, heartbeat, ack,
 fail) goes through one task, the *dispatcher*, which receives everything else as messages
 on one trio memory channel. One owner means no two tasks ever race on the same claim: a
 heartbeat refusal and a handler's outcome cannot both act on a job, the free-slot count is
-exact, and (next step) the dispatcher can coalesce the outcomes waiting in its inbox into
-batched statements. Everything else is an *actor* that only sends messages:
+exact, and the dispatcher coalesces the acks waiting in its inbox into one statement per
+queue (``Queue.ack_handles``, fenced per job by its claim token; decision D18). Everything
+else is an *actor* that only sends messages:
 
 - the **listener** (R3) forwards the store's wakes;
 - the **re-poll timer** (R4) ticks every ``poll_interval_s`` and when a delayed job the
@@ -247,6 +248,7 @@ class Worker:
             worker_id = worker_id[-v.WORKER_ID_MAX_CHARS :]
         self._worker_id = v.check_worker_id(worker_id)
         self._queues, self._handlers = _check_handlers(store, handlers)
+        self._queue_by_name = {queue.name: queue for queue in self._queues}
 
         self._started = False
         self._supervisor: Supervisor | None = None
@@ -464,10 +466,12 @@ class Worker:
         while not self._stop_requested:
             await self._claim(jobs)
             message = await inbox.receive()
-            await self._handle(message)
+            await self._handle(message, inbox)
 
-    async def _handle(self, message: _Message) -> None:
-        if isinstance(message, _Wake):
+    async def _handle(self, message: _Message, inbox: trio.MemoryReceiveChannel[_Message]) -> None:
+        if isinstance(message, _Outcome) and message.kind == "ack":
+            await self._apply_acks(message, inbox)
+        elif isinstance(message, _Wake):
             self._dirty |= message.queues
         elif isinstance(message, _Tick):
             self._dirty = {q.name for q in self._queues}
@@ -567,9 +571,67 @@ class Worker:
         slot.pending = outcome
         await self._apply_one(slot)
 
+    async def _apply_acks(
+        self, first: _Outcome, inbox: trio.MemoryReceiveChannel[_Message]
+    ) -> None:
+        """R2 coalescing: take every message already waiting in the inbox; apply all the
+        ack outcomes among them with one ``ack_handles`` statement per queue (each ack
+        still fenced by its claim token), then handle the other messages in order. With
+        an empty inbox this is a lone ack, flushed at once (latency first)."""
+        acks = [first]
+        others: list[_Message] = []
+        while True:
+            try:
+                message = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if isinstance(message, _Outcome) and message.kind == "ack":
+                acks.append(message)
+            else:
+                others.append(message)
+        groups: dict[str, list[_Slot]] = {}
+        for outcome in acks:
+            slot = outcome.slot
+            slot.reported = True
+            if slot.lost:
+                self._slots.discard(slot)
+                continue
+            slot.pending = outcome
+            groups.setdefault(slot.handle.job.queue, []).append(slot)
+        if not groups:
+            await trio.lowlevel.checkpoint()
+        for name, slots in groups.items():
+            await self._ack_group(name, slots)
+        for message in others:
+            await self._handle(message, inbox)
+
+    async def _ack_group(self, queue_name: str, slots: list[_Slot]) -> None:
+        """Ack the pending outcomes of one queue's slots in one statement. On an engine
+        error they stay pending, to be applied again on the next tick (R8)."""
+        queue = self._queue_by_name[queue_name]
+        try:
+            results = await queue.ack_handles([slot.handle for slot in slots])
+        except EngineError as exc:
+            for slot in slots:
+                self._engine_error("ack", slot.handle.job, exc)
+            return
+        for slot, done in zip(slots, results, strict=True):
+            outcome = slot.pending
+            assert outcome is not None
+            job = slot.handle.job
+            self._settle(slot, outcome, done, at_budget=job.attempts >= job.max_attempts)
+
     async def _apply_pending(self) -> None:
+        """Apply again the outcomes whose application failed (acks batched per queue)."""
+        acks: dict[str, list[_Slot]] = {}
         for slot in [s for s in self._slots if s.pending is not None]:
-            await self._apply_one(slot)
+            assert slot.pending is not None
+            if slot.pending.kind == "ack":
+                acks.setdefault(slot.handle.job.queue, []).append(slot)
+            else:
+                await self._apply_one(slot)
+        for name, slots in acks.items():
+            await self._ack_group(name, slots)
 
     async def _apply_one(self, slot: _Slot) -> bool:
         """Apply the slot's pending outcome; ``False`` if it must be tried again later."""
@@ -588,11 +650,17 @@ class Worker:
         except EngineError as exc:
             self._engine_error(outcome.kind, job, exc)
             return False
+        self._settle(slot, outcome, done, at_budget=at_budget)
+        return True
+
+    def _settle(self, slot: _Slot, outcome: _Outcome, done: bool, *, at_budget: bool) -> None:
+        """Account for an applied outcome: ``done`` is the engine's answer."""
+        job = slot.handle.job
         self._slots.discard(slot)
         slot.pending = None
         if not done:
             self._lose(slot, outcome.kind)
-            return True
+            return
         if outcome.kind == "ack":
             self._counts["acked"] += 1
             self._log(logging.INFO, "ack", job, "acked")
@@ -610,7 +678,6 @@ class Worker:
         if outcome.kind in ("retry", "release") and not at_budget and outcome.delay_s is not None:
             assert self._timer_inbox is not None
             self._timer_inbox.send_nowait(trio.current_time() + outcome.delay_s)
-        return True
 
     # --- job actors ------------------------------------------------------------------
 
@@ -722,7 +789,7 @@ class Worker:
                 delay = min(delay * 2, _FINALIZE_RETRY_S[1])
                 await self._apply_pending()
                 continue
-            await self._handle(await inbox.receive())
+            await self._handle(await inbox.receive(), inbox)
 
     # --- logging ---------------------------------------------------------------------
 

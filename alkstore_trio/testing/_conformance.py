@@ -1537,6 +1537,93 @@ async def q4_dead_letter_moves_are_atomic(harness: EngineHarness) -> None:
         await _nothing_claimable(queue, "after every dead-letter move")
 
 
+@_check
+async def q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones(
+    harness: EngineHarness,
+) -> None:
+    """Q4/R2 (D18): ``queue.ack_handles`` acks each handle under V, token included: valid
+    claims are deleted; lapsed, reclaimed-by-another-worker (still held, or given back)
+    and cancelled claims are refused per handle (False, row untouched); the result is one
+    bool per handle, in order; afterwards every handle is consumed."""
+    async with harness.open_store() as store:
+        short = store.queue("ack-handles", QueueOpts(visibility_timeout_s=10))
+        long = store.queue("ack-handles", QueueOpts(visibility_timeout_s=1000))
+        reclaimed = await short.enqueue(b"reclaimed", priority=6)
+        given_back = await short.enqueue(b"given-back", priority=5)
+        valid_a = await long.enqueue(b"valid-a", priority=3)
+        cancelled = await long.enqueue(b"cancelled", priority=2)
+        valid_b = await long.enqueue(b"valid-b", priority=1)
+        lapsed = await short.enqueue(b"lapsed", priority=0)
+        stale = {h.id: h for h in await long.claim_batch("worker-a", 6)}
+        assert len(stale) == 6, f"claim_batch(6) claimed {sorted(stale)}"
+        await harness.advance(11)
+        # Another worker reclaims the two best lapsed jobs: it keeps one (processing under
+        # a newer token) and gives the other back (pending, attempts moved on).
+        winners = {h.id: h for h in await long.claim_batch("worker-b", 2)}
+        assert set(winners) == {reclaimed, given_back}, f"worker-b reclaimed {sorted(winners)}"
+        assert await winners[given_back].retry("again", delay_s=10_000) is True, "retry refused"
+        assert await long.cancel(cancelled) is True, "cancel refused"
+        order = [lapsed, valid_a, reclaimed, cancelled, valid_b, given_back]
+        expected = [False, True, False, False, True, False]
+        handles = [stale[job_id] for job_id in order]
+        refused = (lapsed, reclaimed, given_back)
+        before = {job_id: await _get(long, job_id) for job_id in refused}
+        results = await long.ack_handles(handles)
+        assert results == expected, (
+            f"ack_handles over {order} (lapsed, valid, reclaimed, cancelled, valid, given "
+            f"back) returned {results}, expected {expected}"
+        )
+        await _assert_gone(long, valid_a, "ack_handles of a valid claim")
+        await _assert_gone(long, valid_b, "ack_handles of a valid claim")
+        await _assert_gone(long, cancelled, "ack_handles of a cancelled claim")
+        for job_id, row in before.items():
+            after = await _get(long, job_id)
+            assert after == row, f"a refused ack_handles changed job {job_id}: {row!r} -> {after!r}"
+        for job_id, handle in zip(order, handles, strict=True):
+            await _raises(HandleConsumed, f"ack() of handle {job_id} after ack_handles", handle.ack)
+        await _raises(HandleConsumed, "ack_handles of consumed handles", long.ack_handles, handles)
+        assert await winners[reclaimed].ack() is True, "the new holder could not ack"
+
+
+@_check
+async def q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect(
+    harness: EngineHarness,
+) -> None:
+    """Q4/R2 (D18): a handle of another queue or store, a non-handle or a job listed twice
+    is InvalidArgument; a consumed handle is HandleConsumed; either way nothing is acked
+    and no handle is consumed. An empty list returns []."""
+    async with harness.open_store() as store, harness.open_store() as elsewhere:
+        queue = store.queue("ack-handles-check")
+        other = store.queue("ack-handles-other")
+        far = elsewhere.queue("ack-handles-check")
+        ids = await queue.enqueue_many([b"a", b"b", b"c"])
+        await other.enqueue(b"o")
+        await far.enqueue(b"f")
+        mine = await queue.claim_batch("w", 3)
+        assert [h.id for h in mine] == ids, f"claimed {[h.id for h in mine]}, expected {ids}"
+        foreign = await _claim(other, "w")
+        remote = await _claim(far, "w")
+        assert await queue.ack_handles([]) == [], "ack_handles([]) did not return []"
+        bad_calls: list[tuple[str, object]] = [
+            ("another queue's handle", [mine[0], foreign]),
+            ("another store's handle", [mine[0], remote]),
+            ("a job id", [mine[0], ids[1]]),
+            ("a handle twice", [mine[0], mine[0]]),
+            ("not an iterable", 5),
+        ]
+        for what, bad in bad_calls:
+            await _raises(InvalidArgument, f"ack_handles with {what}", queue.ack_handles, bad)
+        assert await mine[2].ack() is True, "ack refused"
+        await _raises(HandleConsumed, "ack_handles with a consumed handle", queue.ack_handles, mine)
+        for job_id in ids[:2]:
+            await _assert_state(queue, job_id, "processing", "after rejected ack_handles calls")
+        assert await queue.ack_handles(iter(mine[:2])) == [True, True], (
+            "ack_handles of the untouched handles after the rejected calls did not ack them"
+        )
+        assert await foreign.ack() is True, "the other queue's handle was consumed or disturbed"
+        assert await remote.ack() is True, "the other store's handle was consumed or disturbed"
+
+
 # -- Q5 backoff ---------------------------------------------------------------------------
 
 
@@ -2573,6 +2660,8 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q4_ack_retry_fail_are_one_shot,
     q4_heartbeat_does_not_consume_the_handle,
     q4_dead_letter_moves_are_atomic,
+    q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
+    q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
     q5_backoff_delay_is_within_the_equal_jitter_range,
     q5_backoff_is_capped_at_one_hour,
     q5_backoff_base_zero_retries_at_once,

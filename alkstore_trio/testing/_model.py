@@ -356,6 +356,13 @@ class ReferenceModel:
         del self._rows[job_id]
         return True
 
+    def ack_claims(
+        self, queue: str, claims: Iterable[tuple[int, int]], *, now: datetime
+    ) -> list[int]:
+        """R2 (D18): ack each (job id, claim token) in turn, as :meth:`ack` would, all at
+        one ``now``; returns the ids deleted."""
+        return [job_id for job_id, token in claims if self.ack(queue, job_id, token, now=now)]
+
     def retry(
         self,
         queue: str,

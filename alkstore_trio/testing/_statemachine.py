@@ -161,6 +161,14 @@ class Ack(_Step):
 
 
 @dataclass(frozen=True, repr=False)
+class AckHandles(_Step):
+    """``queue.ack_handles(handles)`` over distinct unconsumed handles of that queue."""
+
+    queue: str
+    handles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, repr=False)
 class Retry(_Step):
     """``handle.retry(error, delay_s)``."""
 
@@ -302,8 +310,9 @@ _StepKind: TypeAlias = Literal[
     "transaction",
     "crash",
     "reuse",
+    "ack_handles",
 ]
-_HANDLE_KINDS: tuple[_StepKind, ...] = ("ack", "retry", "fail", "heartbeat", "crash")
+_HANDLE_KINDS: tuple[_StepKind, ...] = ("ack", "retry", "fail", "heartbeat", "crash", "ack_handles")
 
 
 @st.composite
@@ -346,6 +355,11 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw(st.sampled_from(targets[draw(st.sampled_from(sorted(targets)))]))
     if kind == "crash":
         return Crash(draw(_WORKER_IDS))
+    if kind == "ack_handles":
+        name = run.queues[queue].name
+        mine = [label for label in live if run.slots[label].handle.job.queue == name]
+        chosen: list[str] = draw(st.lists(st.sampled_from(mine), unique=True)) if mine else []
+        return AckHandles(queue, handles=tuple(chosen))
     if kind in ("ack", "retry", "fail", "heartbeat"):
         handle = draw(st.sampled_from(live))
         if kind == "ack":
@@ -564,6 +578,17 @@ class _Run:
             return await self._handle_op(step, now)
         if isinstance(step, Reuse):
             return await self._reuse(step)
+        if isinstance(step, AckHandles):
+            queue = self.queues[step.queue]
+            slots = [self.slots[label] for label in step.handles]
+            for slot in slots:
+                slot.consumed = True
+            got_acked = await queue.ack_handles([slot.handle for slot in slots])
+            claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+            deleted = model.ack_claims(queue.name, claims, now=now)
+            want_acked = [job_id in deleted for job_id, _ in claims]
+            _agree(f"{step}: results", got_acked, want_acked)
+            return got_acked
         if isinstance(step, AckBatch):
             queue = self.queues[step.queue]
             got_count = await queue.ack_batch(list(step.ids))
@@ -759,10 +784,10 @@ async def check_engine_against_model(
     Opens one fresh store through ``harness`` (its random source seeded like the model's)
     and takes ``steps`` steps drawn from ``data``: enqueue, enqueue_many, claim_one and
     claim_batch (``n`` down to -1), heartbeat, ack, retry, fail, reuse of a consumed
-    handle, ack_batch of mixed ids, cancel, sweep_expired under several retentions,
-    clock advances (onto deadlines exactly, and one microsecond past them), committed
-    and rolled-back transactions, and worker crashes. After each step every job's
-    ``get_job`` must agree on every queue.
+    handle, ack_handles of several handles, ack_batch of mixed ids, cancel, sweep_expired
+    under several retentions, clock advances (onto deadlines exactly, and one microsecond
+    past them), committed and rolled-back transactions, and worker crashes. After each
+    step every job's ``get_job`` must agree on every queue.
 
     Call it inside ``trio.run`` from a ``@given(st.data())`` test (or use
     :func:`engine_vs_model_test`, which does that)::

@@ -285,6 +285,68 @@ async def test_r6_a_refused_outcome_counts_as_lease_lost(autojump_clock, store):
 # --- R2: concurrency and claiming -----------------------------------------------------
 
 
+def count_ack_claims(store, monkeypatch):
+    """Record the claims of every ``ack_claims`` call the store's backend receives."""
+    backend = store._backend
+    real = backend.ack_claims
+    calls: list[list[tuple[int, int]]] = []
+
+    async def counting(queue, claims):
+        calls.append(list(claims))
+        return await real(queue, claims)
+
+    monkeypatch.setattr(backend, "ack_claims", counting)
+    return calls
+
+
+async def test_r2_acks_waiting_in_the_inbox_are_flushed_as_one_statement(
+    autojump_clock, store, monkeypatch
+):
+    calls = count_ack_claims(store, monkeypatch)
+    queues = [store.queue("a"), store.queue("b")]
+    ids = [
+        *await queues[0].enqueue_many([b"x"] * 150),
+        *await queues[1].enqueue_many([b"y"] * 150),
+    ]
+
+    async def short(job):
+        await trio.sleep(1)  # a whole wave of handlers finishes at the same instant
+
+    worker = Worker(
+        store, {queue: Recorder(short) for queue in queues}, concurrency=50, poll_interval_s=1000
+    )
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == len(ids))
+    acked = [job_id for call in calls for job_id, _ in call]
+    assert sorted(acked) == sorted(ids)
+    # Each wave of 50 finishing handlers is flushed in a few statements (one per queue
+    # and batch the dispatcher found waiting), not one per job.
+    assert len(calls) <= len(ids) // 10, [len(call) for call in calls]
+    assert max(len(call) for call in calls) >= 10
+    for job_id in ids:
+        assert await store.queue("a").get_job(job_id) is None
+        assert await store.queue("b").get_job(job_id) is None
+
+
+async def test_r2_a_lone_ack_is_flushed_at_once(autojump_clock, store, monkeypatch):
+    calls = count_ack_claims(store, monkeypatch)
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+    finished: list[float] = []
+
+    async def short(job):
+        await trio.sleep(3)
+        finished.append(now())
+
+    worker = Worker(store, {queue: Recorder(short)}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1, step=0.001)
+        # Acked within the instant the handler returned: no waiting for more acks.
+        assert now() == approx(finished[0])
+        assert await queue.get_job(job_id) is None
+    assert calls == [[(job_id, 1)]]
+
+
 async def test_r2_concurrency_limit_is_respected(autojump_clock, store):
     queue = store.queue("q")
     await queue.enqueue_many([b"x"] * 10)
@@ -535,18 +597,18 @@ async def test_r8_engine_errors_are_retried_not_fatal(autojump_clock, store, mon
 
 
 async def test_r8_a_failed_outcome_or_heartbeat_is_tried_again(autojump_clock, store, monkeypatch):
-    from alkstore_trio import JobHandle
+    from alkstore_trio import JobHandle, Queue
 
     queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
     job_id = await queue.enqueue(b"x")
-    real_ack, real_heartbeat = JobHandle.ack, JobHandle.heartbeat
+    real_ack, real_heartbeat = Queue.ack_handles, JobHandle.heartbeat
     calls = {"ack": 0, "heartbeat": 0}
 
-    async def flaky_ack(self):
+    async def flaky_ack(self, handles):
         calls["ack"] += 1
         if calls["ack"] == 1:
             raise EngineError("database unreachable")
-        return await real_ack(self)
+        return await real_ack(self, handles)
 
     async def flaky_heartbeat(self, extend_s=None):
         calls["heartbeat"] += 1
@@ -554,7 +616,7 @@ async def test_r8_a_failed_outcome_or_heartbeat_is_tried_again(autojump_clock, s
             raise EngineError("database unreachable")
         return await real_heartbeat(self, extend_s)
 
-    monkeypatch.setattr(JobHandle, "ack", flaky_ack)
+    monkeypatch.setattr(Queue, "ack_handles", flaky_ack)
     monkeypatch.setattr(JobHandle, "heartbeat", flaky_heartbeat)
 
     async def action(job):

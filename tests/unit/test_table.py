@@ -457,6 +457,29 @@ def test_q6_ack_batch_empty():
     assert JobTable().ack_batch("q", [], T0) == 0
 
 
+def test_r2_ack_claims_deletes_only_valid_claims_with_their_token():
+    table = JobTable()
+    valid = add(table, visibility_timeout_s=100)
+    stale_token = add(table, visibility_timeout_s=5)
+    lapsed = add(table, visibility_timeout_s=5)
+    other_queue = add(table, queue="other", visibility_timeout_s=100)
+    (v,) = table.claim("q", "w1", 1, T0)
+    (s,) = table.claim("q", "w1", 1, T0)
+    (lp,) = table.claim("q", "w1", 1, T0)
+    (o,) = table.claim("other", "w1", 1, T0)
+    (reclaimed,) = table.claim("q", "w2", 1, at(6))  # stale_token, attempts now 2
+    assert reclaimed.id == stale_token
+    claims = [(valid, v.attempts), (stale_token, s.attempts), (lapsed, lp.attempts)]
+    claims += [(other_queue, o.attempts), (10**12, 1), (valid, v.attempts)]
+    assert table.ack_claims("q", claims, at(6)) == [valid]
+    assert table.get("q", valid) is None
+    assert table.get("q", stale_token).attempts == 2  # type: ignore[union-attr]
+    assert table.get("q", lapsed).state == "processing"  # type: ignore[union-attr]
+    assert table.get("other", other_queue).state == "processing"  # type: ignore[union-attr]
+    assert table.ack_claims("q", [(stale_token, 2)], at(6)) == [stale_token]
+    assert table.ack_claims("q", [], at(6)) == []
+
+
 # -- Q7 cancel -----------------------------------------------------------------------------
 
 

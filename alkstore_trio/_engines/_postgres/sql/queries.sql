@@ -220,6 +220,15 @@ WITH deleted AS (
 )
 SELECT count(*) FROM deleted;
 
+-- name: ack_claims
+-- R2: delete each listed (id, claim token) pair of this queue whose claim is valid (Q4's V),
+-- in one statement; the ids deleted. The pairs drive primary-key lookups.
+DELETE FROM @schema@.jobs
+WHERE queue = %(queue)s::text
+    AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
+    AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+RETURNING id;
+
 -- name: cancel
 -- Q7: delete this queue's live row, whatever its state.
 DELETE FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text RETURNING id;
