@@ -339,6 +339,63 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
+        checked = self._checked_handles(handles)
+        for handle in checked:
+            handle._check_usable()
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        claims = [(handle.id, handle._job.attempts) for handle in checked]
+        for handle in checked:
+            handle._consumed = True
+        try:
+            deleted = set(await self._backend.ack_claims(self._name, claims))
+        except BaseException:
+            for handle in checked:
+                handle._consumed = False
+            raise
+        return [handle.id in deleted for handle in checked]
+
+    async def heartbeat_handles(
+        self, handles: Iterable[JobHandle], extend_s: float | None = None
+    ) -> list[bool]:
+        """Renew many claims of this queue with one statement (R2; see D19).
+
+        Each claim is renewed only if it is still valid (Q4's predicate, claim token
+        included): its deadline becomes now + ``extend_s`` (an absolute reset), exactly as
+        :meth:`JobHandle.heartbeat` would do it. A stale claim is refused per job. Like
+        ``heartbeat``, this does not consume the handles.
+
+        Args:
+            handles: Distinct unconsumed handles of jobs of this queue.
+            extend_s: Seconds (> 0); defaults to each row's ``visibility_timeout_s``.
+
+        Returns:
+            One bool per handle, in order: ``True`` if its claim was renewed, ``False`` if
+            it was no longer valid (lapsed, reclaimed, cancelled; the row is left
+            untouched), in which case that work should stop.
+
+        Raises:
+            InvalidArgument: an item is not a job handle of this store and queue, a job
+                appears twice, or ``extend_s`` is invalid.
+            HandleConsumed: a handle was already used for ack, retry or fail (nothing was
+                done).
+            StoreClosed: the store is closed.
+        """
+        checked = self._checked_handles(handles)
+        extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
+        for handle in checked:
+            handle._check_usable()
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        claims = [(handle.id, handle._job.attempts) for handle in checked]
+        renewed = set(await self._backend.heartbeat_claims(self._name, claims, extend))
+        return [handle.id in renewed for handle in checked]
+
+    def _checked_handles(self, handles: Iterable[JobHandle]) -> list[JobHandle]:
+        """The handles as a list, once each is known to be a job handle of this store
+        and queue and no job appears twice (the store must be open)."""
         self._store._check_open()
         if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
             raise InvalidArgument(
@@ -359,21 +416,7 @@ class Queue:
             if handle.id in seen:
                 raise InvalidArgument(f"job {handle.id} appears twice in handles")
             seen.add(handle.id)
-        for handle in checked:
-            handle._check_usable()
-        if not checked:
-            await trio.lowlevel.checkpoint()
-            return []
-        claims = [(handle.id, handle._job.attempts) for handle in checked]
-        for handle in checked:
-            handle._consumed = True
-        try:
-            deleted = set(await self._backend.ack_claims(self._name, claims))
-        except BaseException:
-            for handle in checked:
-                handle._consumed = False
-            raise
-        return [handle.id in deleted for handle in checked]
+        return checked
 
     async def cancel(self, job_id: int) -> bool:
         """Delete this queue's live job, pending or processing (Q7).

@@ -145,6 +145,25 @@ class JobTable:
         self._set_live(t.heartbeaten(job, now, extend_s), now)
         return True
 
+    def heartbeat_claims(
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        extend_s: float | None,
+        now: datetime,
+    ) -> list[int]:
+        """R2: renew each (job id, claim token) whose claim is valid (Q4's V) in this
+        queue, in one transition (an absolute reset, as :meth:`heartbeat`); the ids
+        renewed, in the order given."""
+        self._observe(now)
+        renewed: list[int] = []
+        for job_id, token in dict.fromkeys(claims):
+            job = self._valid(queue, job_id, token, now)
+            if job is not None:
+                self._set_live(t.heartbeaten(job, now, extend_s), now)
+                renewed.append(job_id)
+        return renewed
+
     def ack(self, queue: str, job_id: int, token: int, now: datetime) -> bool:
         """Q4 ack: delete a validly claimed row."""
         if self._valid(queue, job_id, token, now) is None:

@@ -140,6 +140,13 @@ class MemoryBackend:
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         return await self._call(lambda table, now: table.ack_batch(queue, job_ids, now))
 
+    async def heartbeat_claims(
+        self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
+    ) -> list[int]:
+        return await self._call(
+            lambda table, now: table.heartbeat_claims(queue, claims, extend_s, now)
+        )
+
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         return await self._call(lambda table, now: table.ack_claims(queue, claims, now))
 

@@ -68,6 +68,14 @@ class Backend(Protocol):
         """Q6: distinct ids; count of rows deleted."""
         ...
 
+    async def heartbeat_claims(
+        self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
+    ) -> list[int]:
+        """R2: renew each (job id, claim token) whose claim is valid (Q4's V) in this
+        queue (an absolute reset, as :meth:`heartbeat`), atomically in one statement;
+        the ids renewed."""
+        ...
+
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         """R2: delete each (job id, claim token) whose claim is valid (Q4's V) in this
         queue, atomically in one statement; the ids deleted."""

@@ -5,8 +5,9 @@ fail) goes through one task, the *dispatcher*, which receives everything else as
 on one trio memory channel. One owner means no two tasks ever race on the same claim: a
 heartbeat refusal and a handler's outcome cannot both act on a job, the free-slot count is
 exact, and the dispatcher coalesces the acks waiting in its inbox into one statement per
-queue (``Queue.ack_handles``, fenced per job by its claim token; decision D18). Everything
-else is an *actor* that only sends messages:
+queue (``Queue.ack_handles``, fenced per job by its claim token; decision D18), and the
+due heartbeats waiting there likewise (``Queue.heartbeat_handles``; D19). Everything else
+is an *actor* that only sends messages:
 
 - the **listener** (R3) forwards the store's wakes;
 - the **re-poll timer** (R4) ticks every ``poll_interval_s`` and when a delayed job the
@@ -38,7 +39,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeGuard, final
 
 import trio
 
@@ -154,6 +155,13 @@ class _HeartbeatRequest:
 
 
 _Message: TypeAlias = "_Wake | _Tick | _Stop | _Outcome | _HeartbeatRequest"
+
+
+def _coalesced(message: _Message) -> TypeGuard[_Outcome | _HeartbeatRequest]:
+    """R2: the messages the dispatcher batches per queue: acks and heartbeats."""
+    return isinstance(message, _HeartbeatRequest) or (
+        isinstance(message, _Outcome) and message.kind == "ack"
+    )
 
 
 @dataclass(eq=False, slots=True)
@@ -469,8 +477,8 @@ class Worker:
             await self._handle(message, inbox)
 
     async def _handle(self, message: _Message, inbox: trio.MemoryReceiveChannel[_Message]) -> None:
-        if isinstance(message, _Outcome) and message.kind == "ack":
-            await self._apply_acks(message, inbox)
+        if _coalesced(message):
+            await self._apply_coalesced(message, inbox)
         elif isinstance(message, _Wake):
             self._dirty |= message.queues
         elif isinstance(message, _Tick):
@@ -478,11 +486,6 @@ class Worker:
             await self._apply_pending()
         elif isinstance(message, _Outcome):
             await self._apply(message)
-        elif isinstance(message, _HeartbeatRequest):
-            try:
-                await self._heartbeat(message.slot)
-            finally:
-                message.done.set()
         # _Stop: the loops check self._stop_requested
 
     async def _claim(self, jobs: trio.Nursery) -> None:
@@ -528,20 +531,22 @@ class Worker:
                     self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
                     jobs.start_soon(self._job_actor, slot, name=f"job {job.queue}/{job.id}")
 
-    async def _heartbeat(self, slot: _Slot) -> None:
-        """R6: renew one claim; a refusal cancels its job actor at once."""
-        if slot not in self._slots or slot.lost or slot.reported:
-            await trio.lowlevel.checkpoint()
-            return
+    async def _heartbeat_group(self, queue_name: str, slots: list[_Slot]) -> None:
+        """R6: renew one queue's claims in one statement; a refusal cancels that job
+        actor at once. On an engine error the claims are left as they are (the next
+        heartbeat tries again, R8)."""
+        queue = self._queue_by_name[queue_name]
         try:
-            renewed = await slot.handle.heartbeat()
+            results = await queue.heartbeat_handles([slot.handle for slot in slots])
         except EngineError as exc:
-            self._engine_error("heartbeat", slot.handle.job, exc)
+            for slot in slots:
+                self._engine_error("heartbeat", slot.handle.job, exc)
             return
-        if renewed:
-            self._log(logging.DEBUG, "heartbeat", slot.handle.job, "renewed the claim")
-        else:
-            self._lose(slot, "heartbeat")
+        for slot, renewed in zip(slots, results, strict=True):
+            if renewed:
+                self._log(logging.DEBUG, "heartbeat", slot.handle.job, "renewed the claim")
+            else:
+                self._lose(slot, "heartbeat")
 
     def _lose(self, slot: _Slot, operation: str) -> None:
         if not slot.lost:
@@ -571,24 +576,38 @@ class Worker:
         slot.pending = outcome
         await self._apply_one(slot)
 
-    async def _apply_acks(
-        self, first: _Outcome, inbox: trio.MemoryReceiveChannel[_Message]
+    async def _apply_coalesced(
+        self, first: _Outcome | _HeartbeatRequest, inbox: trio.MemoryReceiveChannel[_Message]
     ) -> None:
         """R2 coalescing: take every message already waiting in the inbox; apply all the
-        ack outcomes among them with one ``ack_handles`` statement per queue (each ack
-        still fenced by its claim token), then handle the other messages in order. With
-        an empty inbox this is a lone ack, flushed at once (latency first)."""
-        acks = [first]
+        ack outcomes among them with one ``ack_handles`` statement per queue, then renew
+        all the due heartbeats among them with one ``heartbeat_handles`` statement per
+        queue (each still fenced by its claim token), then handle the other messages in
+        order. With an empty inbox this is a lone ack or heartbeat, applied at once
+        (latency first)."""
+        taken: list[_Outcome | _HeartbeatRequest] = [first]
         others: list[_Message] = []
         while True:
             try:
                 message = inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-            if isinstance(message, _Outcome) and message.kind == "ack":
-                acks.append(message)
+            if _coalesced(message):
+                taken.append(message)
             else:
                 others.append(message)
+        requests = [m for m in taken if isinstance(m, _HeartbeatRequest)]
+        try:
+            await self._apply_acks([m for m in taken if isinstance(m, _Outcome)])
+            await self._apply_heartbeats(requests)
+        finally:
+            for request in requests:
+                request.done.set()
+        for message in others:
+            await self._handle(message, inbox)
+
+    async def _apply_acks(self, acks: list[_Outcome]) -> None:
+        """Apply these ack outcomes with one ``ack_handles`` statement per queue."""
         groups: dict[str, list[_Slot]] = {}
         for outcome in acks:
             slot = outcome.slot
@@ -602,8 +621,23 @@ class Worker:
             await trio.lowlevel.checkpoint()
         for name, slots in groups.items():
             await self._ack_group(name, slots)
-        for message in others:
-            await self._handle(message, inbox)
+
+    async def _apply_heartbeats(self, requests: list[_HeartbeatRequest]) -> None:
+        """Renew the claims of these heartbeat requests with one ``heartbeat_handles``
+        statement per queue. Claims already settled, lost or reported are skipped (their
+        handles may be consumed)."""
+        groups: dict[str, list[_Slot]] = {}
+        for request in requests:
+            slot = request.slot
+            if slot not in self._slots or slot.lost or slot.reported:
+                continue
+            group = groups.setdefault(slot.handle.job.queue, [])
+            if slot not in group:
+                group.append(slot)
+        if not groups:
+            await trio.lowlevel.checkpoint()
+        for name, slots in groups.items():
+            await self._heartbeat_group(name, slots)
 
     async def _ack_group(self, queue_name: str, slots: list[_Slot]) -> None:
         """Ack the pending outcomes of one queue's slots in one statement. On an engine

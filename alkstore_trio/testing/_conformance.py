@@ -1624,6 +1624,106 @@ async def q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_
         assert await remote.ack() is True, "the other store's handle was consumed or disturbed"
 
 
+@_check
+async def q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
+    harness: EngineHarness,
+) -> None:
+    """Q4/R2 (D19): ``queue.heartbeat_handles`` renews each handle's claim under V, token
+    included, as an absolute reset to now + ``extend_s`` (default: each row's own
+    visibility_timeout_s); lapsed, reclaimed-by-another-worker and cancelled claims are
+    refused per handle (False, row untouched); the result is one bool per handle, in
+    order; no handle is consumed. Foreign, duplicate or consumed handles and a bad
+    ``extend_s`` are rejected without effect."""
+    async with harness.open_store() as store:
+        short = store.queue("hb-handles", QueueOpts(visibility_timeout_s=10))
+        mid = store.queue("hb-handles", QueueOpts(visibility_timeout_s=100))
+        long = store.queue("hb-handles", QueueOpts(visibility_timeout_s=1000))
+        reclaimed = await short.enqueue(b"reclaimed", priority=5)
+        valid_a = await long.enqueue(b"valid-a", priority=3)
+        cancelled = await long.enqueue(b"cancelled", priority=2)
+        valid_b = await mid.enqueue(b"valid-b", priority=1)
+        lapsed = await short.enqueue(b"lapsed", priority=0)
+        claimed_at = await harness.now()
+        stale = {h.id: h for h in await long.claim_batch("worker-a", 5)}
+        assert len(stale) == 5, f"claim_batch(5) claimed {sorted(stale)}"
+        await harness.advance(11)
+        winner = await _claim(long, "worker-b", "the reclaim of the best lapsed job")
+        assert winner.id == reclaimed, f"worker-b reclaimed {winner.id}, expected {reclaimed}"
+        assert await long.cancel(cancelled) is True, "cancel refused"
+        order = [lapsed, valid_a, reclaimed, cancelled, valid_b]
+        expected = [False, True, False, False, True]
+        handles = [stale[job_id] for job_id in order]
+        before = {job_id: await _get(long, job_id) for job_id in (lapsed, reclaimed)}
+        now = await harness.now()
+        results = await long.heartbeat_handles(handles)
+        assert results == expected, (
+            f"heartbeat_handles over {order} (lapsed, valid, reclaimed, cancelled, valid) "
+            f"returned {results}, expected {expected}"
+        )
+        for job_id, seconds in ((valid_a, 1000), (valid_b, 100)):
+            row = await _get(long, job_id)
+            assert row.claim_expires_at == _after(now, seconds), (
+                f"heartbeat_handles set job {job_id}'s claim_expires_at {row.claim_expires_at}"
+                f", expected now + its visibility_timeout_s ({_after(now, seconds)})"
+            )
+            assert (row.state, row.claimed_at, row.attempts) == ("processing", claimed_at, 1), (
+                f"heartbeat_handles changed job {job_id}'s state, claimed_at or attempts"
+            )
+        for job_id, row in before.items():
+            after = await _get(long, job_id)
+            assert after == row, (
+                f"a refused heartbeat_handles changed job {job_id}: {row!r} -> {after!r}"
+            )
+        await _assert_gone(long, cancelled, "heartbeat_handles of a cancelled claim")
+        # Not consumed: the same handles renew again, an absolute reset that may shorten.
+        await harness.advance(1)
+        now = await harness.now()
+        pair = [stale[valid_a], stale[valid_b]]
+        assert await long.heartbeat_handles(pair, extend_s=5) == [True, True], (
+            "a repeated heartbeat_handles(extend_s=5) of valid claims was refused"
+        )
+        for job_id in (valid_a, valid_b):
+            row = await _get(long, job_id)
+            assert row.claim_expires_at == _after(now, 5), (
+                f"heartbeat_handles(extend_s=5) set job {job_id}'s claim_expires_at "
+                f"{row.claim_expires_at}, expected now + 5 s ({_after(now, 5)})"
+            )
+        # Rejected calls: nothing renewed, nothing consumed.
+        assert await long.heartbeat_handles([]) == [], "heartbeat_handles([]) did not return []"
+        other = store.queue("hb-handles-other")
+        await other.enqueue(b"o")
+        foreign = await _claim(other, "w")
+        bad_calls: list[tuple[str, object, object]] = [
+            ("another queue's handle", [pair[0], foreign], None),
+            ("a job id", [pair[0], valid_b], None),
+            ("a handle twice", [pair[0], pair[0]], None),
+            ("not an iterable", 5, None),
+            ("extend_s=0", pair, 0),
+            ("a negative extend_s", pair, -1),
+        ]
+        for what, bad, extend in bad_calls:
+            await _raises(
+                InvalidArgument,
+                f"heartbeat_handles with {what}",
+                long.heartbeat_handles,
+                bad,
+                extend,
+            )
+        await harness.advance(1)
+        assert await stale[valid_a].ack() is True, "ack after heartbeat_handles was refused"
+        await _raises(
+            HandleConsumed, "heartbeat_handles with a consumed handle", long.heartbeat_handles, pair
+        )
+        row = await _get(long, valid_b)
+        assert row.claim_expires_at == _after(now, 5), (
+            f"a rejected heartbeat_handles renewed job {valid_b}: {row.claim_expires_at}"
+        )
+        assert await stale[lapsed].ack() is False, "ack of a lapsed claim was not refused"
+        assert await stale[valid_b].ack() is True, "ack after heartbeat_handles was refused"
+        assert await winner.ack() is True, "the new holder could not ack"
+        assert await foreign.ack() is True, "the other queue's handle was disturbed"
+
+
 # -- Q5 backoff ---------------------------------------------------------------------------
 
 
@@ -2662,6 +2762,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q4_dead_letter_moves_are_atomic,
     q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
     q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
+    q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
     q5_backoff_delay_is_within_the_equal_jitter_range,
     q5_backoff_is_capped_at_one_hour,
     q5_backoff_base_zero_retries_at_once,

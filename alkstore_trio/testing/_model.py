@@ -363,6 +363,22 @@ class ReferenceModel:
         one ``now``; returns the ids deleted."""
         return [job_id for job_id, token in claims if self.ack(queue, job_id, token, now=now)]
 
+    def heartbeat_claims(
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        extend_s: float | None = None,
+        *,
+        now: datetime,
+    ) -> list[int]:
+        """R2 (D19): heartbeat each (job id, claim token) in turn, as :meth:`heartbeat`
+        would, all at one ``now``; returns the ids renewed."""
+        return [
+            job_id
+            for job_id, token in claims
+            if self.heartbeat(queue, job_id, token, extend_s, now=now)
+        ]
+
     def retry(
         self,
         queue: str,

@@ -169,6 +169,16 @@ class AckHandles(_Step):
 
 
 @dataclass(frozen=True, repr=False)
+class HeartbeatHandles(_Step):
+    """``queue.heartbeat_handles(handles, extend_s)`` over distinct unconsumed handles of
+    that queue."""
+
+    queue: str
+    handles: tuple[str, ...] = ()
+    extend_s: float | None = None
+
+
+@dataclass(frozen=True, repr=False)
 class Retry(_Step):
     """``handle.retry(error, delay_s)``."""
 
@@ -311,8 +321,17 @@ _StepKind: TypeAlias = Literal[
     "crash",
     "reuse",
     "ack_handles",
+    "heartbeat_handles",
 ]
-_HANDLE_KINDS: tuple[_StepKind, ...] = ("ack", "retry", "fail", "heartbeat", "crash", "ack_handles")
+_HANDLE_KINDS: tuple[_StepKind, ...] = (
+    "ack",
+    "retry",
+    "fail",
+    "heartbeat",
+    "crash",
+    "ack_handles",
+    "heartbeat_handles",
+)
 
 
 @st.composite
@@ -355,10 +374,19 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw(st.sampled_from(targets[draw(st.sampled_from(sorted(targets)))]))
     if kind == "crash":
         return Crash(draw(_WORKER_IDS))
-    if kind == "ack_handles":
+    if kind in ("ack_handles", "heartbeat_handles"):
         name = run.queues[queue].name
         mine = [label for label in live if run.slots[label].handle.job.queue == name]
-        chosen: list[str] = draw(st.lists(st.sampled_from(mine), unique=True)) if mine else []
+        # One handle per job: a stale and a current handle of one job may both be live
+        # here, and listing a job twice is a usage error (InvalidArgument).
+        slots = run.slots
+        chosen: list[str] = (
+            draw(st.lists(st.sampled_from(mine), unique_by=lambda label: slots[label].handle.id))
+            if mine
+            else []
+        )
+        if kind == "heartbeat_handles":
+            return HeartbeatHandles(queue, handles=tuple(chosen), extend_s=draw(_EXTENDS))
         return AckHandles(queue, handles=tuple(chosen))
     if kind in ("ack", "retry", "fail", "heartbeat"):
         handle = draw(st.sampled_from(live))
@@ -589,6 +617,17 @@ class _Run:
             want_acked = [job_id in deleted for job_id, _ in claims]
             _agree(f"{step}: results", got_acked, want_acked)
             return got_acked
+        if isinstance(step, HeartbeatHandles):
+            queue = self.queues[step.queue]
+            slots = [self.slots[label] for label in step.handles]
+            got_renewed = await queue.heartbeat_handles(
+                [slot.handle for slot in slots], step.extend_s
+            )
+            claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+            renewed = model.heartbeat_claims(queue.name, claims, step.extend_s, now=now)
+            want_renewed = [job_id in renewed for job_id, _ in claims]
+            _agree(f"{step}: results", got_renewed, want_renewed)
+            return got_renewed
         if isinstance(step, AckBatch):
             queue = self.queues[step.queue]
             got_count = await queue.ack_batch(list(step.ids))
@@ -784,10 +823,10 @@ async def check_engine_against_model(
     Opens one fresh store through ``harness`` (its random source seeded like the model's)
     and takes ``steps`` steps drawn from ``data``: enqueue, enqueue_many, claim_one and
     claim_batch (``n`` down to -1), heartbeat, ack, retry, fail, reuse of a consumed
-    handle, ack_handles of several handles, ack_batch of mixed ids, cancel, sweep_expired
-    under several retentions, clock advances (onto deadlines exactly, and one microsecond
-    past them), committed and rolled-back transactions, and worker crashes. After each
-    step every job's ``get_job`` must agree on every queue.
+    handle, ack_handles and heartbeat_handles of several handles, ack_batch of mixed
+    ids, cancel, sweep_expired under several retentions, clock advances (onto deadlines
+    exactly, and one microsecond past them), committed and rolled-back transactions, and
+    worker crashes. After each step every job's ``get_job`` must agree on every queue.
 
     Call it inside ``trio.run`` from a ``@given(st.data())`` test (or use
     :func:`engine_vs_model_test`, which does that)::

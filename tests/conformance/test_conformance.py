@@ -10,7 +10,7 @@ The tests are generated: for every check ``q<N>_<what>`` in
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -99,6 +99,19 @@ class _DeadlineBlindTable(JobTable):
     def ack(self, queue: str, job_id: int, token: int, now: datetime) -> bool:
         return super().ack(queue, job_id, token, self._as_if_in_time(queue, job_id, now))
 
+    def heartbeat_claims(
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        extend_s: float | None,
+        now: datetime,
+    ) -> list[int]:
+        return [
+            job_id
+            for job_id, token in claims
+            if self.heartbeat(queue, job_id, token, extend_s, now)
+        ]
+
     def retry(
         self,
         queue: str,
@@ -173,6 +186,7 @@ class _LazySweepHarness(_BrokenHarness):
                 "q4_late_heartbeat_is_refused",
                 "q4_heartbeat_does_not_consume_the_handle",
                 "q6_ack_batch_deletes_only_valid_claims_of_this_queue",
+                "q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
             },
             id="deadline-blind",
         ),

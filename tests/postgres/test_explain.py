@@ -219,6 +219,17 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
+        "heartbeat_claims": [
+            (
+                "pairs",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "extend_s": None,
+                },
+            )
+        ],
         "cancel": [("pending", {"id": data.pending_id, "queue": QUEUE})],
         "get_job": [
             ("live", {"id": data.pending_id, "queue": QUEUE}),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+from collections import Counter
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -347,6 +348,50 @@ async def test_r2_a_lone_ack_is_flushed_at_once(autojump_clock, store, monkeypat
     assert calls == [[(job_id, 1)]]
 
 
+def count_heartbeat_claims(store, monkeypatch):
+    """Record the claims of every ``heartbeat_claims`` call the store's backend receives."""
+    backend = store._backend
+    real = backend.heartbeat_claims
+    calls: list[list[tuple[int, int]]] = []
+
+    async def counting(queue, claims, extend_s):
+        calls.append(list(claims))
+        return await real(queue, claims, extend_s)
+
+    monkeypatch.setattr(backend, "heartbeat_claims", counting)
+    return calls
+
+
+async def test_r2_due_heartbeats_are_renewed_as_one_statement(autojump_clock, store, monkeypatch):
+    calls = count_heartbeat_claims(store, monkeypatch)
+    opts = QueueOpts(visibility_timeout_s=30)
+    queues = [store.queue("a", opts), store.queue("b", opts)]
+    ids = [
+        *await queues[0].enqueue_many([b"x"] * 20),
+        *await queues[1].enqueue_many([b"y"] * 20),
+    ]
+
+    async def long(job):
+        await trio.sleep(25)  # every claim's heartbeats fall due at 10 and 20 together
+
+    worker = Worker(
+        store, {queue: Recorder(long) for queue in queues}, concurrency=40, poll_interval_s=1000
+    )
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == len(ids))
+    renewed = Counter(job_id for call in calls for job_id, _ in call)
+    assert renewed == dict.fromkeys(ids, 2)
+    # Each wave of 40 due heartbeats is renewed in one statement per queue, not per job.
+    assert len(calls) <= 4, [len(call) for call in calls]
+    for call in calls:
+        assert len({job_id for job_id, _ in call}) == len(call)
+    stats = worker.statistics()
+    assert (stats.lease_lost, stats.engine_errors) == (0, 0)
+    for job_id in ids:
+        assert await store.queue("a").get_job(job_id) is None
+        assert await store.queue("b").get_job(job_id) is None
+
+
 async def test_r2_concurrency_limit_is_respected(autojump_clock, store):
     queue = store.queue("q")
     await queue.enqueue_many([b"x"] * 10)
@@ -597,11 +642,11 @@ async def test_r8_engine_errors_are_retried_not_fatal(autojump_clock, store, mon
 
 
 async def test_r8_a_failed_outcome_or_heartbeat_is_tried_again(autojump_clock, store, monkeypatch):
-    from alkstore_trio import JobHandle, Queue
+    from alkstore_trio import Queue
 
     queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
     job_id = await queue.enqueue(b"x")
-    real_ack, real_heartbeat = Queue.ack_handles, JobHandle.heartbeat
+    real_ack, real_heartbeat = Queue.ack_handles, Queue.heartbeat_handles
     calls = {"ack": 0, "heartbeat": 0}
 
     async def flaky_ack(self, handles):
@@ -610,14 +655,14 @@ async def test_r8_a_failed_outcome_or_heartbeat_is_tried_again(autojump_clock, s
             raise EngineError("database unreachable")
         return await real_ack(self, handles)
 
-    async def flaky_heartbeat(self, extend_s=None):
+    async def flaky_heartbeat(self, handles, extend_s=None):
         calls["heartbeat"] += 1
         if calls["heartbeat"] == 1:
             raise EngineError("database unreachable")
-        return await real_heartbeat(self, extend_s)
+        return await real_heartbeat(self, handles, extend_s)
 
     monkeypatch.setattr(Queue, "ack_handles", flaky_ack)
-    monkeypatch.setattr(JobHandle, "heartbeat", flaky_heartbeat)
+    monkeypatch.setattr(Queue, "heartbeat_handles", flaky_heartbeat)
 
     async def action(job):
         await trio.sleep(25)  # heartbeats at 10 (fails) and 20 (renews to 50)

@@ -480,6 +480,40 @@ def test_r2_ack_claims_deletes_only_valid_claims_with_their_token():
     assert table.ack_claims("q", [], at(6)) == []
 
 
+def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
+    table = JobTable()
+    valid = add(table, visibility_timeout_s=100)
+    stale_token = add(table, visibility_timeout_s=5)
+    lapsed = add(table, visibility_timeout_s=5)
+    short = add(table, visibility_timeout_s=10)
+    other_queue = add(table, queue="other", visibility_timeout_s=100)
+    (v,) = table.claim("q", "w1", 1, T0)
+    (s,) = table.claim("q", "w1", 1, T0)
+    (lp,) = table.claim("q", "w1", 1, T0)
+    (sh,) = table.claim("q", "w1", 1, T0)
+    (o,) = table.claim("other", "w1", 1, T0)
+    (reclaimed,) = table.claim("q", "w2", 1, at(6))  # stale_token, attempts now 2
+    assert reclaimed.id == stale_token
+    claims = [(valid, v.attempts), (stale_token, s.attempts), (lapsed, lp.attempts)]
+    claims += [(short, sh.attempts), (other_queue, o.attempts), (10**12, 1)]
+    claims += [(valid, v.attempts)]
+    before = {job_id: table.get("q", job_id) for job_id in (stale_token, lapsed)}
+    # Default: each row's own visibility_timeout_s, an absolute reset from now.
+    assert table.heartbeat_claims("q", claims, None, at(6)) == [valid, short]
+    assert table.get("q", valid).claim_expires_at == at(106)  # type: ignore[union-attr]
+    assert table.get("q", short).claim_expires_at == at(16)  # type: ignore[union-attr]
+    for job_id, row in before.items():
+        assert table.get("q", job_id) == row
+    assert table.get("other", other_queue).claim_expires_at == at(100)  # type: ignore[union-attr]
+    # Renewed claims are not reclaimable at their old deadline; attempts do not change.
+    assert [job.id for job in table.claim("q", "w3", 10, at(11))] == [lapsed]
+    assert table.get("q", short).attempts == 1  # type: ignore[union-attr]
+    # An explicit extend_s may shorten the lease.
+    assert table.heartbeat_claims("q", [(valid, 1), (short, 1)], 2, at(12)) == [valid, short]
+    assert table.get("q", valid).claim_expires_at == at(14)  # type: ignore[union-attr]
+    assert table.heartbeat_claims("q", [], None, at(12)) == []
+
+
 # -- Q7 cancel -----------------------------------------------------------------------------
 
 

@@ -193,6 +193,20 @@ class PostgresBackend:
         ((count,),) = await self._run("ack_batch", {"queue": queue, "ids": list(job_ids)})
         return int(count)
 
+    async def heartbeat_claims(
+        self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
+    ) -> list[int]:
+        if not claims:
+            await trio.lowlevel.checkpoint()
+            return []
+        params: dict[str, object] = {
+            "queue": queue,
+            "ids": [job_id for job_id, _ in claims],
+            "tokens": [token for _, token in claims],
+            "extend_s": extend_s,
+        }
+        return [row[0] for row in await self._run("heartbeat_claims", params)]
+
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         if not claims:
             await trio.lowlevel.checkpoint()

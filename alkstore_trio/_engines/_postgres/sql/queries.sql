@@ -137,6 +137,19 @@ WHERE id = %(id)s::bigint AND queue = %(queue)s::text
         AND claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING id;
 
+-- name: heartbeat_claims
+-- R2: renew each listed (id, claim token) pair of this queue whose claim is valid (Q4's V),
+-- in one statement (an absolute reset, as heartbeat); the ids renewed. The pairs drive
+-- primary-key lookups.
+UPDATE @schema@.jobs AS j SET
+    claim_expires_at = @schema@.alk_now()
+        + coalesce(%(extend_s)s::float8, j.visibility_timeout_s) * interval '1 second'
+FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS c(id, token)
+WHERE j.id = c.id AND j.queue = %(queue)s::text
+    AND (j.state = 'processing' AND j.attempts = c.token
+        AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
+RETURNING j.id;
+
 -- name: ack
 -- Q4: delete a validly claimed row.
 DELETE FROM @schema@.jobs
