@@ -1,12 +1,16 @@
-"""The PostgreSQL engine's building blocks (needs the ``postgres`` extra: psycopg 3.3).
+"""The PostgreSQL engine (needs the ``postgres`` extra: psycopg 3.3).
 
 Layers, each using only the ones below it:
 
+- ``_backend``: :class:`~._backend.PostgresBackend`, the contract as one SQL statement per
+  operation, the LISTEN task, and ``open_postgres_backend`` (what ``open_store`` calls).
+- ``_schema``: schema versions and migrations (advisory lock, ``SchemaError``).
+- ``_sql``: the ``.sql`` files (schema, migrations, named queries) and identifier checks.
+- ``_pool``: :func:`open_pool`, a bounded trio-native pool, generic over the driver.
 - ``_driver``: :class:`Connection`, psycopg 3 connections driven by trio (the native
   driver, or the thread driver as a fallback), and :class:`ConnectionBroken`, the one
   exception that means "discard this connection". The only module that touches psycopg
   internals.
-- ``_pool``: :func:`open_pool`, a bounded trio-native pool, generic over the driver.
 """
 
 from ._driver import Connection as Connection
