@@ -196,27 +196,11 @@ class PostgresBackend:
     async def heartbeat_claims(
         self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
     ) -> list[int]:
-        if not claims:
-            await trio.lowlevel.checkpoint()
-            return []
-        params: dict[str, object] = {
-            "queue": queue,
-            "ids": [job_id for job_id, _ in claims],
-            "tokens": [token for _, token in claims],
-            "extend_s": extend_s,
-        }
+        params = {**_claim_params(queue, claims), "extend_s": extend_s}
         return [row[0] for row in await self._run("heartbeat_claims", params)]
 
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
-        if not claims:
-            await trio.lowlevel.checkpoint()
-            return []
-        params: dict[str, object] = {
-            "queue": queue,
-            "ids": [job_id for job_id, _ in claims],
-            "tokens": [token for _, token in claims],
-        }
-        return [row[0] for row in await self._run("ack_claims", params)]
+        return [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
 
     async def cancel(self, queue: str, job_id: int) -> bool:
         return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
@@ -348,6 +332,16 @@ class PostgresBackend:
         self._listen_changed = True
         if self._listen_wait is not None:
             self._listen_wait.cancel()
+
+
+def _claim_params(queue: str, claims: Sequence[tuple[int, int]]) -> dict[str, object]:
+    """The parameters of the batch statements over (job id, claim token) pairs: two
+    parallel arrays, unnest'ed together in SQL. The facade never sends an empty batch."""
+    return {
+        "queue": queue,
+        "ids": [job_id for job_id, _ in claims],
+        "tokens": [token for _, token in claims],
+    }
 
 
 def _groups(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
