@@ -46,6 +46,7 @@ import trio
 from .._core import _validate as v
 from .._errors import EngineError, InvalidArgument
 from .._store import Queue, Store
+from ._asyncio import open_loop_if_needed
 from ._outcomes import Fail, Retry
 from ._supervisor import open_supervisor
 
@@ -261,6 +262,9 @@ class Worker:
         self._started = False
         self._supervisor: Supervisor | None = None
         self._stop_requested = False
+        #: ``stop(grace_s=...)`` caps the grace at this trio time; the running grace scope.
+        self._grace_deadline = math.inf
+        self._grace_scope: trio.CancelScope | None = None
         self._inbox: trio.MemorySendChannel[_Message] | None = None
         self._timer_inbox: trio.MemorySendChannel[float] | None = None
         self._slots: set[_Slot] = set()
@@ -325,7 +329,7 @@ class Worker:
             run_time_mean_s=self._run_time_total_s / c["finished"] if c["finished"] else 0.0,
         )
 
-    def stop(self) -> None:
+    def stop(self, *, grace_s: float | None = None) -> None:
         """Ask the worker to stop gracefully (R7). Never blocks; calling it again, or
         before :meth:`run`, is harmless (a worker stopped before it runs returns at once
         from :meth:`run` after starting).
@@ -334,7 +338,22 @@ class Worker:
         ``shutdown_grace_s``, cancels the rest and releases their jobs
         (``retry(error="worker stopped", delay_s=0)``), closes its listener and returns
         from :meth:`run`.
+
+        Args:
+            grace_s: Allow running handlers at most this many seconds from now (>= 0)
+                instead of ``shutdown_grace_s``. It only ever shortens the grace: a second
+                ``stop(grace_s=0)`` (the CLI's second Ctrl-C) cancels the running
+                handlers at once and releases their jobs.
+
+        Raises:
+            InvalidArgument: ``grace_s`` is not a duration >= 0.
         """
+        if grace_s is not None:
+            grace_s = v.check_duration("grace_s", grace_s, min_s=0)
+            deadline = trio.current_time() + grace_s
+            self._grace_deadline = min(self._grace_deadline, deadline)
+            if self._grace_scope is not None:
+                self._grace_scope.deadline = min(self._grace_scope.deadline, deadline)
         if self._stop_requested:
             return
         self._stop_requested = True
@@ -365,7 +384,7 @@ class Worker:
         self._log(logging.INFO, "worker_start", None, "worker %s starting", self._worker_id)
         failure: BaseException | None = None
         try:
-            async with trio.open_nursery() as jobs:
+            async with open_loop_if_needed(self._handlers.values()), trio.open_nursery() as jobs:
                 try:
                     async with open_supervisor(
                         name=f"worker {self._worker_id}",
@@ -794,7 +813,10 @@ class Worker:
                         self._shutdown_grace_s,
                         len(self._slots),
                     )
-                with trio.move_on_after(self._shutdown_grace_s):
+                grace_deadline = min(
+                    trio.current_time() + self._shutdown_grace_s, self._grace_deadline
+                )
+                with trio.move_on_at(grace_deadline) as self._grace_scope:
                     await self._serve_until_idle(inbox)
                 for slot in self._slots:
                     if not slot.reported:
