@@ -36,6 +36,7 @@ from ._runtime import Supervisor as Supervisor
 from ._runtime import SupervisorEscalated as SupervisorEscalated
 from ._runtime import SupervisorStatistics as SupervisorStatistics
 from ._runtime import Worker as Worker
+from ._runtime import WorkerEvent as WorkerEvent
 from ._runtime import WorkerStatistics as WorkerStatistics
 from ._runtime import open_supervisor as open_supervisor
 from ._store import JobHandle as JobHandle

@@ -14,5 +14,7 @@ from ._supervisor import SupervisorEscalated as SupervisorEscalated
 from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import open_supervisor as open_supervisor
 from ._worker import Handler as Handler
+from ._worker import EVENT_KINDS as EVENT_KINDS
 from ._worker import Worker as Worker
+from ._worker import WorkerEvent as WorkerEvent
 from ._worker import WorkerStatistics as WorkerStatistics

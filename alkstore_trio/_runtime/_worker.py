@@ -32,12 +32,14 @@ Time is trio's clock, so tests drive every interval with :class:`trio.testing.Mo
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import math
 import os
 import secrets
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeGuard, final
 
@@ -51,7 +53,7 @@ from ._outcomes import Fail, Retry
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping
 
     from .._core import Job
     from .._store import JobHandle
@@ -92,6 +94,7 @@ class WorkerStatistics:
         handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``.
         timed_out: Handlers cancelled by ``job_timeout_s``.
         engine_errors: Store operations that failed with ``EngineError`` (retried later).
+        events_dropped: Events not delivered to a full :meth:`Worker.events` stream.
         started: Handlers started.
         finished: Handlers finished (returned, raised or were cancelled).
         claim_to_start_total_s: Seconds from claims to their handlers' starts, summed.
@@ -111,12 +114,78 @@ class WorkerStatistics:
     handler_errors: int
     timed_out: int
     engine_errors: int
+    events_dropped: int
     started: int
     finished: int
     claim_to_start_total_s: float
     claim_to_start_mean_s: float
     run_time_total_s: float
     run_time_mean_s: float
+
+
+#: The kinds of :class:`WorkerEvent`, in the order a job meets them (R9).
+EVENT_KINDS: Final = frozenset(
+    {
+        "worker_start",  # run() started its actors (job None)
+        "claim",  # a job was claimed
+        "start",  # its handler started
+        "heartbeat",  # its claim was renewed
+        "finish",  # its handler returned, raised or was cancelled
+        "timeout",  # its handler ran past job_timeout_s (a retry follows)
+        "handler_error",  # its handler raised an exception (a retry follows)
+        "ack",  # acked
+        "retry",  # given back to run again (error, delay_s)
+        "release",  # given back because the worker stopped
+        "dead",  # dead-lettered (error)
+        "lease_lost",  # the claim was found lost; the handler was cancelled
+        "engine_error",  # a store operation failed; it is tried again (job may be None)
+        "sweep",  # sweep_expired removed rows (job None; message says how many)
+        "sweep_failed",  # sweep_expired failed (job None)
+        "draining",  # stopping: waiting for running handlers (job None)
+        "finalize_incomplete",  # stopping: some claims could not be finalized (job None)
+        "worker_stop",  # run() is returning (job None); the stream ends after it
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEvent:
+    """One thing that happened in a worker, as seen on :meth:`Worker.events` (R9).
+
+    Attributes:
+        kind: One of :data:`EVENT_KINDS` (e.g. ``"claim"``, ``"ack"``, ``"lease_lost"``).
+        worker_id: The worker's id.
+        at: ``trio.current_time()`` when it happened (for durations).
+        wall_time: ``time.time()`` when it happened (to line events up across processes).
+        job: The job as claimed (its ``attempts`` is this claim's token), or ``None`` for
+            worker-level events. It includes the payload: events stay in the process.
+        queue: The queue concerned, if any.
+        message: The same human-readable line as the log record (without the worker and
+            job prefix); never contains the payload.
+        error: The error text stored with a retry, release or dead-letter, or the error
+            of a timeout, handler error or engine error.
+        delay_s: The retry delay the handler asked for (``None``: the queue's backoff).
+    """
+
+    kind: str
+    worker_id: str
+    at: float
+    wall_time: float
+    job: Job | None
+    queue: str | None
+    message: str
+    error: str | None = None
+    delay_s: float | None = None
+
+    @property
+    def job_id(self) -> int | None:
+        """The job's id, or ``None``."""
+        return None if self.job is None else self.job.id
+
+    @property
+    def attempt(self) -> int | None:
+        """The claim's attempt number (its token), or ``None``."""
+        return None if self.job is None else self.job.attempts
 
 
 # --- messages to the dispatcher ------------------------------------------------------
@@ -265,6 +334,8 @@ class Worker:
         #: ``stop(grace_s=...)`` caps the grace at this trio time; the running grace scope.
         self._grace_deadline = math.inf
         self._grace_scope: trio.CancelScope | None = None
+        self._subscribers: list[trio.MemorySendChannel[WorkerEvent]] = []
+        self._finished = False
         self._inbox: trio.MemorySendChannel[_Message] | None = None
         self._timer_inbox: trio.MemorySendChannel[float] | None = None
         self._slots: set[_Slot] = set()
@@ -281,6 +352,7 @@ class Worker:
                 "handler_errors",
                 "timed_out",
                 "engine_errors",
+                "events_dropped",
                 "started",
                 "finished",
             ),
@@ -319,6 +391,7 @@ class Worker:
             handler_errors=c["handler_errors"],
             timed_out=c["timed_out"],
             engine_errors=c["engine_errors"],
+            events_dropped=c["events_dropped"],
             started=c["started"],
             finished=c["finished"],
             claim_to_start_total_s=self._claim_to_start_total_s,
@@ -328,6 +401,45 @@ class Worker:
             run_time_total_s=self._run_time_total_s,
             run_time_mean_s=self._run_time_total_s / c["finished"] if c["finished"] else 0.0,
         )
+
+    @contextlib.contextmanager
+    def events(
+        self, *, buffer: int | None = 1000
+    ) -> Iterator[trio.MemoryReceiveChannel[WorkerEvent]]:
+        """Subscribe to the worker's events (R9): a channel of :class:`WorkerEvent`, one
+        per transition, that ends after the ``"worker_stop"`` event.
+
+        Example::
+
+            with worker.events() as events:
+                async for event in events:
+                    print(event.kind, event.job_id, event.message)
+
+        Subscribe before :meth:`run` to see every event; a subscription made after the
+        worker finished ends at once. Any number of subscribers may listen. Publishing
+        never blocks the worker: when a subscriber's buffer is full, the event is
+        dropped for it and counted in ``statistics().events_dropped``.
+
+        Args:
+            buffer: The most events held for this subscriber (>= 1), or ``None`` for no
+                limit (for recorders that must see every event; mind the memory).
+
+        Raises:
+            InvalidArgument: ``buffer`` is invalid.
+        """
+        size = math.inf if buffer is None else _check_count("buffer", buffer, minimum=1)
+        send, receive = trio.open_memory_channel[WorkerEvent](size)
+        if self._finished:
+            send.close()
+        else:
+            self._subscribers.append(send)
+        try:
+            with receive:
+                yield receive
+        finally:
+            if send in self._subscribers:
+                self._subscribers.remove(send)
+            send.close()
 
     def stop(self, *, grace_s: float | None = None) -> None:
         """Ask the worker to stop gracefully (R7). Never blocks; calling it again, or
@@ -381,7 +493,7 @@ class Worker:
         self._inbox, self._timer_inbox = inbox_send, timer_send
         if self._stop_requested:
             inbox_send.send_nowait(_Stop())
-        self._log(logging.INFO, "worker_start", None, "worker %s starting", self._worker_id)
+        self._log(logging.INFO, "worker_start", None, "starting")
         failure: BaseException | None = None
         try:
             async with open_loop_if_needed(self._handlers.values()), trio.open_nursery() as jobs:
@@ -406,7 +518,11 @@ class Worker:
         except BaseExceptionGroup as group:
             failure = group.exceptions[0] if len(group.exceptions) == 1 else group
         finally:
-            self._log(logging.INFO, "worker_stop", None, "worker %s stopped", self._worker_id)
+            self._log(logging.INFO, "worker_stop", None, "stopped")
+            self._finished = True
+            for send in self._subscribers:
+                send.close()
+            self._subscribers.clear()
         if failure is not None:
             raise failure
 
@@ -462,24 +578,29 @@ class Worker:
                     result = await queue.sweep_expired()
                 except Exception as exc:
                     self._counts["engine_errors"] += isinstance(exc, EngineError)
-                    logger.warning(
-                        "worker %s: sweep of queue %r failed (%s: %s); next try in %gs",
-                        self._worker_id,
+                    self._log(
+                        logging.WARNING,
+                        "sweep_failed",
+                        None,
+                        "sweep of queue %r failed (%s: %s); next try in %gs",
                         queue.name,
                         type(exc).__name__,
                         exc,
                         self._sweep_interval_s,
-                        extra=_fields(self._worker_id, "sweep_failed", queue=queue.name),
+                        queue=queue.name,
+                        error=_describe(exc),
                     )
                 else:
                     if result.expired or result.purged:
-                        logger.info(
-                            "worker %s: swept queue %r: %d expired, %d purged",
-                            self._worker_id,
+                        self._log(
+                            logging.INFO,
+                            "sweep",
+                            None,
+                            "swept queue %r: %d expired, %d purged",
                             queue.name,
                             result.expired,
                             result.purged,
-                            extra=_fields(self._worker_id, "sweep", queue=queue.name),
+                            queue=queue.name,
                         )
             await trio.sleep(self._sweep_interval_s)
 
@@ -720,14 +841,29 @@ class Worker:
         elif outcome.kind == "fail" or at_budget:
             self._counts["dead_lettered"] += 1
             self._log(
-                logging.WARNING, "dead", job, "dead-lettered (%s)", outcome.error or outcome.kind
+                logging.WARNING,
+                "dead",
+                job,
+                "dead-lettered (%s)",
+                outcome.error or outcome.kind,
+                error=outcome.error,
             )
         elif outcome.kind == "release":
             self._counts["released"] += 1
-            self._log(logging.INFO, "release", job, "released (%s)", WORKER_STOPPED)
+            self._log(
+                logging.INFO, "release", job, "released (%s)", WORKER_STOPPED, error=WORKER_STOPPED
+            )
         else:
             self._counts["retried"] += 1
-            self._log(logging.INFO, "retry", job, "retried (%s)", outcome.error)
+            self._log(
+                logging.INFO,
+                "retry",
+                job,
+                "retried (%s)",
+                outcome.error,
+                error=outcome.error,
+                delay_s=outcome.delay_s,
+            )
         if outcome.kind in ("retry", "release") and not at_budget and outcome.delay_s is not None:
             assert self._timer_inbox is not None
             self._timer_inbox.send_nowait(trio.current_time() + outcome.delay_s)
@@ -763,7 +899,7 @@ class Worker:
             if timeout.cancelled_caught:
                 self._counts["timed_out"] += 1
                 error = f"job timed out after {self._job_timeout_s:g}s (job_timeout_s)"
-                self._log(logging.WARNING, "timeout", job, "%s", error)
+                self._log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return _Outcome(slot, "retry", error)
             return _Outcome(slot, "ack")
         except Retry as retry:
@@ -772,18 +908,22 @@ class Worker:
             return _Outcome(slot, "fail", _error_text(fail.error))
         except Exception as exc:
             self._counts["handler_errors"] += 1
+            error = _describe(exc)
             self._log(
                 logging.WARNING,
                 "handler_error",
                 job,
                 "handler raised %s",
                 type(exc).__name__,
+                error=error,
                 exc_info=exc,
             )
-            return _Outcome(slot, "retry", _describe(exc))
+            return _Outcome(slot, "retry", error)
         finally:
             self._counts["finished"] += 1
-            self._run_time_total_s += trio.current_time() - start
+            run_time = trio.current_time() - start
+            self._run_time_total_s += run_time
+            self._log(logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time)
 
     async def _heartbeat_actor(self, slot: _Slot) -> None:
         """R6: every ``heartbeat_interval_s``, ask the dispatcher to renew the claim and
@@ -826,12 +966,13 @@ class Worker:
                 for slot in self._slots:
                     slot.scope.cancel()
         if self._slots:
-            logger.error(
-                "worker %s: %d claims could not be finalized in time; their leases will "
-                "lapse and other workers will reclaim them",
-                self._worker_id,
+            self._log(
+                logging.ERROR,
+                "finalize_incomplete",
+                None,
+                "%d claims could not be finalized in time; their leases will lapse and other "
+                "workers will reclaim them",
                 len(self._slots),
-                extra=_fields(self._worker_id, "finalize_incomplete"),
             )
 
     async def _serve_until_idle(self, inbox: trio.MemoryReceiveChannel[_Message]) -> None:
@@ -853,20 +994,17 @@ class Worker:
         self, operation: str, job: Job | None, exc: EngineError, *, queue: str | None = None
     ) -> None:
         self._counts["engine_errors"] += 1
-        message = "%s failed (%s: %s); will try again"
-        if job is None:
-            logger.warning(
-                "worker %s: " + message,
-                self._worker_id,
-                operation,
-                type(exc).__name__,
-                exc,
-                extra=_fields(self._worker_id, "engine_error", queue=queue),
-            )
-        else:
-            self._log(
-                logging.WARNING, "engine_error", job, message, operation, type(exc).__name__, exc
-            )
+        self._log(
+            logging.WARNING,
+            "engine_error",
+            job,
+            "%s failed (%s: %s); will try again",
+            operation,
+            type(exc).__name__,
+            exc,
+            queue=queue,
+            error=_describe(exc),
+        )
 
     def _log(
         self,
@@ -875,27 +1013,53 @@ class Worker:
         job: Job | None,
         message: str,
         *args: object,
+        queue: str | None = None,
+        error: str | None = None,
+        delay_s: float | None = None,
         exc_info: BaseException | None = None,
     ) -> None:
-        """Log one transition with the structured fields (R9); never the payload."""
-        if job is None:
+        """Log one transition with the structured fields and publish it on the event
+        streams (R9); never the payload."""
+        if job is not None:
+            queue = job.queue
+        if logger.isEnabledFor(level):
+            prefix_args: tuple[object, ...]
+            if job is None:
+                prefix, prefix_args = "worker %s: ", (self._worker_id,)
+                fields = _fields(self._worker_id, event, queue=queue)
+            else:
+                prefix = "worker %s: job %s/%d attempt %d: "
+                prefix_args = (self._worker_id, job.queue, job.id, job.attempts)
+                fields = _fields(
+                    self._worker_id, event, job_id=job.id, queue=job.queue, attempt=job.attempts
+                )
             logger.log(
-                level, message, *args, exc_info=exc_info, extra=_fields(self._worker_id, event)
+                level, prefix + message, *prefix_args, *args, exc_info=exc_info, extra=fields
             )
-            return
-        logger.log(
-            level,
-            "worker %s: job %s/%d attempt %d: " + message,
-            self._worker_id,
-            job.queue,
-            job.id,
-            job.attempts,
-            *args,
-            exc_info=exc_info,
-            extra=_fields(
-                self._worker_id, event, job_id=job.id, queue=job.queue, attempt=job.attempts
-            ),
-        )
+        if self._subscribers:
+            self._publish(
+                WorkerEvent(
+                    kind=event,
+                    worker_id=self._worker_id,
+                    at=trio.current_time(),
+                    wall_time=time.time(),
+                    job=job,
+                    queue=queue,
+                    message=message % args if args else message,
+                    error=error,
+                    delay_s=delay_s,
+                )
+            )
+
+    def _publish(self, event: WorkerEvent) -> None:
+        """Hand ``event`` to every subscriber without blocking (full buffers drop it)."""
+        for send in list(self._subscribers):
+            try:
+                send.send_nowait(event)
+            except trio.WouldBlock:
+                self._counts["events_dropped"] += 1
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._subscribers.remove(send)
 
 
 def _fields(

@@ -855,3 +855,162 @@ async def test_r2_r5_r7_the_worker_runs_on_postgresql(pg_dsn, pg_schema):
         stats = worker.statistics()
         assert (stats.acked, stats.retried, stats.dead_lettered, stats.released) == (3, 1, 1, 1)
         assert (stats.lease_lost, stats.in_flight) == (0, 0)
+
+
+# --- R7: stop(grace_s=...) shortens the grace ---------------------------------------------
+
+
+async def test_r7_a_second_stop_with_zero_grace_cancels_and_releases_at_once(autojump_clock, store):
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, shutdown_grace_s=100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await trio.sleep(1)
+        worker.stop()
+        await trio.sleep(2)
+        worker.stop(grace_s=0)
+    assert now() == pytest.approx(3.0, abs=0.02)
+    assert handler.cancelled == [(job_id, approx(3.0))]
+    job = await queue.get_job(job_id)
+    assert (job.state, job.last_error) == ("pending", "worker stopped")
+
+
+async def test_r7_stop_grace_only_ever_shortens_the_grace(autojump_clock, store):
+    queue = store.queue("q")
+    await queue.enqueue(b"x")
+    worker = Worker(store, {queue: Recorder(forever)}, shutdown_grace_s=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await trio.sleep(1)
+        worker.stop(grace_s=2)
+        worker.stop(grace_s=50)  # longer than what is left: ignored
+    assert now() == pytest.approx(3.0, abs=0.02)
+    assert worker.statistics().released == 1
+
+
+@pytest.mark.parametrize("grace_s", [-1, float("nan"), float("inf"), "1", True])
+async def test_r7_stop_rejects_an_invalid_grace_without_stopping(autojump_clock, store, grace_s):
+    worker = Worker(store, {"q": Recorder()})
+    with pytest.raises(InvalidArgument, match="grace_s"):
+        worker.stop(grace_s=grace_s)
+    assert not worker._stop_requested
+
+
+# --- R9: the event stream -------------------------------------------------------------------
+
+
+async def test_r9_event_stream_reports_each_transition_in_order(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(max_attempts=2))
+    ok, again, failing = await queue.enqueue_many([b"ok", b"again", b"fail"])
+
+    async def action(job):
+        if job.payload == b"again":
+            raise Retry(delay_s=0, error="not yet")
+        if job.payload == b"fail":
+            raise Fail("broken for good")
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1)
+    seen = []
+    with worker.events(buffer=None) as events:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            await wait_until(lambda: worker.statistics().dead_lettered == 2)
+            worker.stop()
+        async for event in events:  # ends after "worker_stop"
+            seen.append(event)
+    assert seen[0].kind == "worker_start"
+    assert seen[-1].kind == "worker_stop"
+    assert all(event.worker_id == worker.worker_id for event in seen)
+    by_job = {
+        job_id: [(e.kind, e.attempt) for e in seen if e.job_id == job_id]
+        for job_id in (ok, again, failing)
+    }
+    assert by_job[ok] == [("claim", 1), ("start", 1), ("finish", 1), ("ack", 1)]
+    assert by_job[failing] == [("claim", 1), ("start", 1), ("finish", 1), ("dead", 1)]
+    assert by_job[again] == [
+        *[("claim", 1), ("start", 1), ("finish", 1), ("retry", 1)],
+        *[("claim", 2), ("start", 2), ("finish", 2), ("dead", 2)],
+    ]
+    retry = next(e for e in seen if e.kind == "retry")
+    assert (retry.error, retry.delay_s, retry.queue) == ("not yet", 0, "q")
+    dead = next(e for e in seen if e.kind == "dead" and e.job_id == failing)
+    assert dead.error == "broken for good"
+    assert [e.at for e in seen] == sorted(e.at for e in seen)
+
+
+async def test_r9_lease_loss_and_timeouts_appear_on_the_stream(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    lost_id, slow_id = await queue.enqueue_many([b"lost", b"slow"])
+
+    async def action(job):
+        if job.payload == b"lost":
+            await queue.cancel(job.id)  # the claim is gone: the next heartbeat is refused
+        await trio.sleep_forever()
+
+    worker = Worker(store, {queue: Recorder(action)}, job_timeout_s=50, poll_interval_s=1000)
+    with worker.events(buffer=None) as events:
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().timed_out == 1)
+        kinds = {(e.job_id, e.kind) for e in [event async for event in events]}
+    assert (lost_id, "lease_lost") in kinds
+    assert (slow_id, "timeout") in kinds
+    assert (slow_id, "retry") in kinds
+
+
+async def test_r9_a_full_subscriber_never_blocks_the_worker(autojump_clock, store):
+    queue = store.queue("q")
+    await queue.enqueue_many([b"x"] * 20)
+    worker = Worker(store, {queue: Recorder()})
+    with worker.events(buffer=1) as events:
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().acked == 20)
+        first = await events.receive()
+    assert first.kind == "worker_start"
+    stats = worker.statistics()
+    assert stats.events_dropped > 0
+    assert stats.acked == 20
+
+
+async def test_r9_a_subscription_after_the_worker_finished_ends_at_once(autojump_clock, store):
+    worker = Worker(store, {"q": Recorder()})
+    async with running(worker):
+        pass
+    with worker.events() as events:
+        assert [event async for event in events] == []
+
+
+async def test_r9_a_subscriber_that_left_is_forgotten(autojump_clock, store):
+    queue = store.queue("q")
+    worker = Worker(store, {queue: Recorder()})
+    with worker.events():
+        pass
+    assert worker._subscribers == []
+    await queue.enqueue(b"x")
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+
+
+@pytest.mark.parametrize("buffer", [0, -1, 1.5, True, "10"])
+async def test_r9_events_rejects_an_invalid_buffer(autojump_clock, store, buffer):
+    worker = Worker(store, {"q": Recorder()})
+    with pytest.raises(InvalidArgument, match="buffer"), worker.events(buffer=buffer):
+        pass
+
+
+async def test_r9_events_never_carry_the_payload_in_their_messages(autojump_clock, store):
+    queue = store.queue("q", QueueOpts(max_attempts=1))
+    await queue.enqueue(b"secret-payload")
+
+    async def action(job):
+        raise ValueError("boom")
+
+    worker = Worker(store, {queue: Recorder(action)})
+    with worker.events(buffer=None) as events:
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().dead_lettered == 1)
+        seen = [event async for event in events]
+    assert {"claim", "start", "handler_error", "finish", "dead"} <= {e.kind for e in seen}
+    assert not any("secret-payload" in e.message or "secret" in (e.error or "") for e in seen)
+    assert next(e for e in seen if e.kind == "handler_error").error == "ValueError: boom"
