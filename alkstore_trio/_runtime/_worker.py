@@ -53,7 +53,7 @@ from ._outcomes import Fail, Retry
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Mapping
+    from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
     from .._core import Job
     from .._store import JobHandle
@@ -224,7 +224,18 @@ class _HeartbeatRequest:
     done: trio.Event
 
 
-_Message: TypeAlias = "_Wake | _Tick | _Stop | _Outcome | _HeartbeatRequest"
+@dataclass(frozen=True, slots=True)
+class _HeartbeatsDue:
+    """From the timer: these claims have run for one heartbeat interval; start their
+    heartbeat actors (those still running)."""
+
+    slots: tuple[_Slot, ...]
+
+
+_Message: TypeAlias = "_Wake | _Tick | _Stop | _Outcome | _HeartbeatRequest | _HeartbeatsDue"
+#: What the dispatcher asks the timer for: a tick at a trio time (a delayed job becomes
+#: due), or a :class:`_HeartbeatsDue` message at a trio time.
+_TimerRequest: TypeAlias = "tuple[float, _HeartbeatsDue | None]"
 
 
 def _coalesced(message: _Message) -> TypeGuard[_Outcome | _HeartbeatRequest]:
@@ -245,6 +256,8 @@ class _Slot:
     #: Shielded: outside cancellation never reaches a handler; only the dispatcher's
     #: ``scope.cancel()`` does.
     scope: trio.CancelScope = field(default_factory=lambda: trio.CancelScope(shield=True))
+    #: The heartbeat actor's scope, once the dispatcher started it (shielded likewise).
+    heartbeat_scope: trio.CancelScope | None = None
     lost: bool = False
     reported: bool = False
     pending: _Outcome | None = None
@@ -335,9 +348,13 @@ class Worker:
         self._grace_deadline = math.inf
         self._grace_scope: trio.CancelScope | None = None
         self._subscribers: list[trio.MemorySendChannel[WorkerEvent]] = []
+        #: The timer actor's pending timers: (trio time, sequence, message or None: tick).
+        self._timers: list[tuple[float, int, _HeartbeatsDue | None]] = []
+        self._jobs: trio.Nursery | None = None
+        self._timer_seq = 0
         self._finished = False
         self._inbox: trio.MemorySendChannel[_Message] | None = None
-        self._timer_inbox: trio.MemorySendChannel[float] | None = None
+        self._timer_inbox: trio.MemorySendChannel[_TimerRequest] | None = None
         self._slots: set[_Slot] = set()
         self._dirty: set[str] = set()
         self._rotation = 0
@@ -489,7 +506,7 @@ class Worker:
             raise RuntimeError("this Worker already ran; create a new Worker to run again")
         self._started = True
         inbox_send, inbox = trio.open_memory_channel[_Message](math.inf)
-        timer_send, timer_inbox = trio.open_memory_channel[float](math.inf)
+        timer_send, timer_inbox = trio.open_memory_channel[_TimerRequest](math.inf)
         self._inbox, self._timer_inbox = inbox_send, timer_send
         if self._stop_requested:
             inbox_send.send_nowait(_Stop())
@@ -497,6 +514,7 @@ class Worker:
         failure: BaseException | None = None
         try:
             async with open_loop_if_needed(self._handlers.values()), trio.open_nursery() as jobs:
+                self._jobs = jobs
                 try:
                     async with open_supervisor(
                         name=f"worker {self._worker_id}",
@@ -544,28 +562,34 @@ class Worker:
     async def _timer_actor(
         self,
         inbox: trio.MemorySendChannel[_Message],
-        dues: trio.MemoryReceiveChannel[float],
+        requests: trio.MemoryReceiveChannel[_TimerRequest],
         *,
         task_status: trio.TaskStatus[None],
     ) -> None:
-        """R4: tick every ``poll_interval_s``, and when a delayed job the dispatcher told
-        it about (a trio time on ``dues``) becomes due."""
+        """R4: tick every ``poll_interval_s`` and when a delayed job the dispatcher told it
+        about becomes due; and tell the dispatcher when claims have run for one heartbeat
+        interval (R6). Its pending timers live on the worker, so a restart loses none."""
         task_status.started()
-        heap: list[float] = []
+        heap = self._timers
         next_tick = trio.current_time() + self._poll_interval_s
         while True:
-            with trio.move_on_at(min(next_tick, heap[0]) if heap else next_tick):
-                heapq.heappush(heap, await dues.receive())
+            with trio.move_on_at(min(next_tick, heap[0][0]) if heap else next_tick):
+                at, message = await requests.receive()
+                self._timer_seq += 1
+                heapq.heappush(heap, (at, self._timer_seq, message))
                 continue
             now = trio.current_time()
-            fire = False
-            while heap and heap[0] <= now:
-                heapq.heappop(heap)
-                fire = True
+            tick = False
+            while heap and heap[0][0] <= now:
+                _, _, message = heapq.heappop(heap)
+                if message is None:
+                    tick = True
+                else:
+                    await inbox.send(message)
             if now >= next_tick:
-                fire = True
+                tick = True
                 next_tick = now + self._poll_interval_s
-            if fire:
+            if tick:
                 await inbox.send(_Tick())
 
     async def _sweep_actor(self, *, task_status: trio.TaskStatus[None]) -> None:
@@ -626,6 +650,8 @@ class Worker:
             await self._apply_pending()
         elif isinstance(message, _Outcome):
             await self._apply(message)
+        elif isinstance(message, _HeartbeatsDue):
+            await self._start_heartbeats(message.slots)
         # _Stop: the loops check self._stop_requested
 
     async def _claim(self, jobs: trio.Nursery) -> None:
@@ -657,19 +683,40 @@ class Worker:
                     self._dirty.discard(queue.name)
                 now = trio.current_time()
                 handler = self._handlers[queue.name]
+                heartbeats: dict[float, list[_Slot]] = {}
                 for handle in handles:
                     job = handle.job
+                    interval = self._heartbeat_interval_s or job.visibility_timeout_s / 3
                     slot = _Slot(
                         handle=handle,
                         handler=handler,
                         claimed_at=now,
-                        heartbeat_interval_s=self._heartbeat_interval_s
-                        or job.visibility_timeout_s / 3,
+                        heartbeat_interval_s=interval,
                     )
                     self._slots.add(slot)
+                    heartbeats.setdefault(interval, []).append(slot)
                     self._counts["claimed"] += 1
                     self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
                     jobs.start_soon(self._job_actor, slot, name=f"job {job.queue}/{job.id}")
+                # R6: a claim's heartbeat actor starts once its handler has run for one
+                # interval (most handlers finish sooner and never need one).
+                assert self._timer_inbox is not None
+                for interval, due in heartbeats.items():
+                    self._timer_inbox.send_nowait((now + interval, _HeartbeatsDue(tuple(due))))
+
+    async def _start_heartbeats(self, slots: tuple[_Slot, ...]) -> None:
+        """R6: these claims' handlers have run for one heartbeat interval: renew the
+        claims of those still running (one statement per queue), and start a heartbeat
+        actor beside each to renew it from now on."""
+        assert self._jobs is not None
+        await self._renew(slots)
+        for slot in slots:
+            if slot in self._slots and not (slot.reported or slot.lost):
+                slot.heartbeat_scope = trio.CancelScope(shield=True)
+                job = slot.handle.job
+                self._jobs.start_soon(
+                    self._heartbeat_actor, slot, name=f"heartbeat {job.queue}/{job.id}"
+                )
 
     async def _heartbeat_group(self, queue_name: str, slots: list[_Slot]) -> None:
         """R6: renew one queue's claims in one statement; a refusal cancels that job
@@ -739,7 +786,7 @@ class Worker:
         requests = [m for m in taken if isinstance(m, _HeartbeatRequest)]
         try:
             await self._apply_acks([m for m in taken if isinstance(m, _Outcome)])
-            await self._apply_heartbeats(requests)
+            await self._renew([request.slot for request in requests])
         finally:
             for request in requests:
                 request.done.set()
@@ -762,13 +809,11 @@ class Worker:
         for name, slots in groups.items():
             await self._ack_group(name, slots)
 
-    async def _apply_heartbeats(self, requests: list[_HeartbeatRequest]) -> None:
-        """Renew the claims of these heartbeat requests with one ``heartbeat_handles``
-        statement per queue. Claims already settled, lost or reported are skipped (their
-        handles may be consumed)."""
+    async def _renew(self, slots: Iterable[_Slot]) -> None:
+        """Renew these claims with one ``heartbeat_handles`` statement per queue. Claims
+        already settled, lost or reported are skipped (their handles may be consumed)."""
         groups: dict[str, list[_Slot]] = {}
-        for request in requests:
-            slot = request.slot
+        for slot in slots:
             if slot not in self._slots or slot.lost or slot.reported:
                 continue
             group = groups.setdefault(slot.handle.job.queue, [])
@@ -866,23 +911,23 @@ class Worker:
             )
         if outcome.kind in ("retry", "release") and not at_budget and outcome.delay_s is not None:
             assert self._timer_inbox is not None
-            self._timer_inbox.send_nowait(trio.current_time() + outcome.delay_s)
+            self._timer_inbox.send_nowait((trio.current_time() + outcome.delay_s, None))
 
     # --- job actors ------------------------------------------------------------------
 
     async def _job_actor(self, slot: _Slot) -> None:
-        """R5: run the handler in the slot's own (shielded) cancel scope, with a heartbeat
-        actor beside it, and report the outcome to the dispatcher. Never raises an
-        :class:`Exception`; ``Cancelled`` only reaches it through ``slot.scope``."""
+        """R5: run the handler in the slot's own (shielded) cancel scope and report the
+        outcome to the dispatcher; its heartbeat actor (if one was started) stops with
+        it. Never raises an :class:`Exception`; ``Cancelled`` only reaches it through
+        ``slot.scope``."""
         assert self._inbox is not None
         outcome: _Outcome | None = None
         try:
             with slot.scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._heartbeat_actor, slot)
-                    outcome = await self._run_handler(slot)
-                    nursery.cancel_scope.cancel()
+                outcome = await self._run_handler(slot)
         finally:
+            if slot.heartbeat_scope is not None:
+                slot.heartbeat_scope.cancel()
             # Also when a BaseException (KeyboardInterrupt) escapes the handler: the
             # dispatcher must learn that this claim is to be released.
             self._inbox.send_nowait(outcome or _Outcome(slot, "cancelled"))
@@ -894,7 +939,10 @@ class Worker:
         self._claim_to_start_total_s += start - slot.claimed_at
         self._log(logging.DEBUG, "start", job, "handler started")
         try:
-            with trio.move_on_after(self._job_timeout_s or math.inf) as timeout:
+            if self._job_timeout_s is None:
+                await slot.handler(job)
+                return _Outcome(slot, "ack")
+            with trio.move_on_after(self._job_timeout_s) as timeout:
                 await slot.handler(job)
             if timeout.cancelled_caught:
                 self._counts["timed_out"] += 1
@@ -926,14 +974,18 @@ class Worker:
             self._log(logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time)
 
     async def _heartbeat_actor(self, slot: _Slot) -> None:
-        """R6: every ``heartbeat_interval_s``, ask the dispatcher to renew the claim and
-        wait for it to have done so."""
+        """R6: started by the dispatcher once the handler has run for one
+        ``heartbeat_interval_s`` (and the claim renewed): every interval from then on,
+        ask the dispatcher to renew the claim and wait for it to have done so. Stopped
+        through ``slot.heartbeat_scope`` when the job actor ends."""
         assert self._inbox is not None
-        while True:
-            await trio.sleep(slot.heartbeat_interval_s)
-            done = trio.Event()
-            self._inbox.send_nowait(_HeartbeatRequest(slot, done))
-            await done.wait()
+        assert slot.heartbeat_scope is not None
+        with slot.heartbeat_scope:
+            while True:
+                await trio.sleep(slot.heartbeat_interval_s)
+                done = trio.Event()
+                self._inbox.send_nowait(_HeartbeatRequest(slot, done))
+                await done.wait()
 
     # --- graceful stop ---------------------------------------------------------------
 
