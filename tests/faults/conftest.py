@@ -1,0 +1,214 @@
+"""Fixtures of the fault tests: worker processes, their records, throwaway schemas.
+
+Each test gets a fresh schema (dropped afterwards) and starts real worker processes
+(``_worker_proc.py``) with a unique ``application_name`` each, so the test can find and
+terminate exactly its own sessions on the shared server. Every process a test started
+is killed and reaped after it, whatever happened.
+
+Waiting is always on a condition with a deadline (:func:`wait_until`), never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+psycopg = pytest.importorskip("psycopg", reason="the fault tests need psycopg 3")
+
+from psycopg import sql as pgsql  # noqa: E402 - after importorskip
+
+from alkstore_trio import open_store  # noqa: E402
+
+WORKER_PROC = Path(__file__).with_name("_worker_proc.py")
+ROOT = Path(__file__).parents[2]
+#: The application_name of the tests' own sessions (not the workers').
+TEST_APP = "alkstore-trio-tests:faults"
+
+
+async def wait_until(predicate, *, timeout_s, step_s=0.05, what="condition"):
+    """Poll the (sync or async) ``predicate`` until it is truthy; fail after
+    ``timeout_s`` seconds. Returns its value."""
+    deadline = trio.current_time() + timeout_s
+    while True:
+        value = predicate()
+        if hasattr(value, "__await__"):
+            value = await value
+        if value:
+            return value
+        if trio.current_time() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g}s waiting for {what}")
+        await trio.sleep(step_s)
+
+
+class WorkerProc:
+    """One worker process and its records file (read incrementally)."""
+
+    def __init__(self, process: trio.Process, records: Path, app: str, log: Path) -> None:
+        self.process = process
+        self.records_path = records
+        self.app = app
+        self.log_path = log
+        self._records: list[dict] = []
+        self._offset = 0
+        self._partial = b""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def records(self) -> list[dict]:
+        """Every record written so far (a torn last line is kept for the next read)."""
+        if self.records_path.exists():
+            with self.records_path.open("rb") as stream:
+                stream.seek(self._offset)
+                chunk = stream.read()
+            self._offset += len(chunk)
+            *lines, self._partial = (self._partial + chunk).split(b"\n")
+            self._records.extend(json.loads(line) for line in lines if line)
+        return self._records
+
+    def events(self, ev: str) -> list[dict]:
+        return [r for r in self.records() if r["ev"] == ev]
+
+    def in_flight(self) -> set[tuple[int, int]]:
+        """(id, attempt) of handlers started and not ended."""
+        started = {(r["id"], r["attempt"]) for r in self.events("start")}
+        return started - {(r["id"], r["attempt"]) for r in self.events("end")}
+
+    def stderr(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> dict:
+        def ready():
+            if self.process.poll() is not None:
+                pytest.fail(f"worker {self.app} exited early:\n{self.stderr()}")
+            return next(iter(self.events("ready")), None)
+
+        return await wait_until(ready, timeout_s=timeout_s, what=f"worker {self.app} ready")
+
+    async def pause(self) -> None:
+        """SIGSTOP the process and return once it is stopped: its records file then
+        holds everything it will ever have written before a kill."""
+        self.process.send_signal(signal.SIGSTOP)
+        stat = Path(f"/proc/{self.pid}/stat")
+        await wait_until(
+            lambda: stat.read_text().rpartition(")")[2].split()[0] in "Tt",
+            timeout_s=10,
+            step_s=0.001,
+            what=f"worker {self.app} to stop",
+        )
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+
+    async def wait_exit(self, timeout_s: float = 30.0) -> int:
+        with trio.fail_after(timeout_s):
+            return await self.process.wait()
+
+
+class Fleet:
+    """Worker processes on one DSN + schema, and the test's own store there (made with
+    ``migrate="apply"``). Leaving the ``async with`` kills and reaps every process."""
+
+    def __init__(self, tmp: Path, dsn: str, schema: str) -> None:
+        self.tmp = tmp
+        self.dsn = dsn
+        self.schema = schema
+        self.tag = secrets.token_hex(4)
+        self.procs: list[WorkerProc] = []
+        self.store = None
+        self._exit = None
+
+    wait_until = staticmethod(wait_until)
+
+    async def __aenter__(self) -> Fleet:
+        self._exit = open_store(
+            self.dsn,
+            schema=self.schema,
+            migrate="apply",
+            pool_size=2,
+            application_name=TEST_APP,
+        )
+        self.store = await self._exit.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        try:
+            for proc in self.procs:
+                if proc.process.returncode is None:
+                    proc.kill()
+            with trio.CancelScope(shield=True):
+                for proc in self.procs:
+                    await proc.process.wait()
+        finally:
+            await self._exit.__aexit__(*exc_info)
+
+    async def spawn(self, queue: str, *, dsn: str | None = None, **options) -> WorkerProc:
+        """Start a worker on ``queue`` (on ``dsn``, default the fleet's); ``options`` are
+        ``_worker_proc.py``'s (``concurrency=20`` → ``--concurrency 20``). Returns once it
+        is ready."""
+        app = f"alkf-{self.tag}-w{len(self.procs)}"
+        records = self.tmp / f"{app}.jsonl"
+        log = self.tmp / f"{app}.stderr"
+        argv = [sys.executable, str(WORKER_PROC), dsn or self.dsn, self.schema, queue, str(records)]
+        argv += ["--app", app]
+        for name, value in options.items():
+            argv += ["--" + name.replace("_", "-"), str(value)]
+        with log.open("wb") as output:
+            process = await trio.lowlevel.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        proc = WorkerProc(process, records, app, log)
+        self.procs.append(proc)
+        await proc.wait_ready()
+        return proc
+
+    async def count(self, table: str, where: str = "TRUE") -> int:
+        """``SELECT count(*)`` of a table of the schema (``where`` is trusted test SQL)."""
+        query = pgsql.SQL("SELECT count(*) FROM {}.{} WHERE " + where).format(
+            pgsql.Identifier(self.schema), pgsql.Identifier(table)
+        )
+        async with self.store.transaction() as tx:
+            ((n,),) = await tx.fetch(query.as_string(), None)
+        return int(n)
+
+    async def fetch(self, query: str, params=None) -> list[tuple]:
+        """Run a read-only query; ``{schema}`` in it is the quoted schema name."""
+        text = query.replace("{schema}", pgsql.Identifier(self.schema).as_string())
+        async with self.store.transaction() as tx:
+            return await tx.fetch(text, params)
+
+
+@pytest.fixture
+def schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh schema name on the test server; dropped after the test."""
+    name = "t_faults_" + secrets.token_hex(5)
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(pgsql.Identifier(name)))
+
+
+@pytest.fixture
+def open_fleet(tmp_path: Path) -> Callable[[str, str], Fleet]:
+    """``async with open_fleet(dsn, schema) as fleet``: see :class:`Fleet`."""
+    return lambda dsn, schema: Fleet(tmp_path, dsn, schema)
