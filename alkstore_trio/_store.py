@@ -12,8 +12,8 @@ and the store makes the rest.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, final
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import trio
 
@@ -31,11 +31,13 @@ from ._errors import HandleConsumed, InvalidArgument, StoreClosed
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
     from datetime import datetime
 
     from ._engines._protocol import Backend, SqlParams, TransactionBackend
     from ._engines._wake import WakeListener
+
+_T = TypeVar("_T")
 
 
 @final
@@ -346,14 +348,7 @@ class Queue:
             await trio.lowlevel.checkpoint()
             return []
         claims = [(handle.id, handle._job.attempts) for handle in checked]
-        for handle in checked:
-            handle._consumed = True
-        try:
-            deleted = set(await self._backend.ack_claims(self._name, claims))
-        except BaseException:
-            for handle in checked:
-                handle._consumed = False
-            raise
+        deleted = set(await _consume_all(checked, self._backend.ack_claims(self._name, claims)))
         return [handle.id in deleted for handle in checked]
 
     async def heartbeat_handles(
@@ -393,9 +388,134 @@ class Queue:
         renewed = set(await self._backend.heartbeat_claims(self._name, claims, extend))
         return [handle.id in renewed for handle in checked]
 
-    def _checked_handles(self, handles: Iterable[JobHandle]) -> list[JobHandle]:
+    async def retry_handles(
+        self, items: Iterable[tuple[JobHandle, str | None, float | None]]
+    ) -> list[bool]:
+        """Retry many claimed jobs of this queue with one statement (R2; see D20).
+
+        Each ``(handle, error, delay_s)`` item is applied exactly as
+        ``handle.retry(error, delay_s)`` would be, fenced by the handle's claim (Q4's
+        predicate, claim token included): on the claim's last allowed attempt the job
+        moves to dead (``last_error = error``, or ``"max attempts exceeded"``); otherwise
+        it is pending again after ``delay_s`` seconds (``0`` = at once), or after the
+        backoff curve's delay when ``delay_s`` is ``None`` (drawn here from the store's
+        random source, one draw per such item, in order, as ``retry`` draws). A stale
+        claim is refused per job. Afterwards every handle is consumed.
+
+        Args:
+            items: ``(handle, error, delay_s)`` tuples: distinct unconsumed handles of
+                jobs of this queue, each with its error text (or ``None``) and delay
+                (finite seconds >= 0, or ``None`` for the backoff curve).
+
+        Returns:
+            One bool per item, in order: ``True`` if its job was retried or
+            dead-lettered, ``False`` if its claim was no longer valid (the row is left
+            untouched).
+
+        Raises:
+            InvalidArgument: an item is not such a tuple, a handle is not a job handle of
+                this store and queue, a job appears twice, or an error or delay is
+                invalid (nothing was done, nothing drawn).
+            HandleConsumed: a handle was already used for ack, retry or fail (nothing was
+                done).
+            StoreClosed: the store is closed.
+        """
+        rows = self._checked_items(items, ("handle", "error", "delay_s"))
+        checked = self._checked_handles([row[0] for row in rows], where="items")
+        for handle in checked:
+            handle._check_usable()
+        resolved: list[tuple[JobHandle, str | None, float | None]] = []
+        for index, (handle, error, delay_s) in enumerate(rows):
+            with _naming_item(index, handle):
+                resolved.append(
+                    (
+                        handle,
+                        v.check_error_text(error),
+                        v.check_optional_duration("delay_s", delay_s, min_s=0),
+                    )
+                )
+        if not resolved:
+            await trio.lowlevel.checkpoint()
+            return []
+        rng = self._store._rng
+        claims: list[tuple[int, int, str | None, float | None]] = []
+        for handle, error, delay in resolved:
+            job = handle._job
+            if delay is None and job.attempts < job.max_attempts:
+                delay = float(backoff_delay_s(job.backoff_base_s, job.attempts, rng))
+            claims.append((job.id, job.attempts, error, delay))
+        return await _consume_all(checked, self._backend.retry_claims(self._name, claims))
+
+    async def fail_handles(self, items: Iterable[tuple[JobHandle, str | None]]) -> list[bool]:
+        """Fail many claimed jobs of this queue with one statement (R2; see D20).
+
+        Each ``(handle, error)`` item is applied exactly as ``handle.fail(error)`` would
+        be, fenced by the handle's claim (Q4's predicate, claim token included): the job
+        moves to dead now with ``last_error = error`` (or ``"failed"``). A stale claim is
+        refused per job. Afterwards every handle is consumed.
+
+        Args:
+            items: ``(handle, error)`` tuples: distinct unconsumed handles of jobs of this
+                queue, each with its error text (or ``None``).
+
+        Returns:
+            One bool per item, in order: ``True`` if its job was dead-lettered, ``False``
+            if its claim was no longer valid (the row is left untouched).
+
+        Raises:
+            InvalidArgument: an item is not such a tuple, a handle is not a job handle of
+                this store and queue, a job appears twice, or an error is invalid
+                (nothing was done).
+            HandleConsumed: a handle was already used for ack, retry or fail (nothing was
+                done).
+            StoreClosed: the store is closed.
+        """
+        rows = self._checked_items(items, ("handle", "error"))
+        checked = self._checked_handles([row[0] for row in rows], where="items")
+        for handle in checked:
+            handle._check_usable()
+        claims: list[tuple[int, int, str | None]] = []
+        for index, (handle, error) in enumerate(rows):
+            with _naming_item(index, handle):
+                claims.append((handle.id, handle._job.attempts, v.check_error_text(error)))
+        if not claims:
+            await trio.lowlevel.checkpoint()
+            return []
+        return await _consume_all(checked, self._backend.fail_claims(self._name, claims))
+
+    def _checked_items(
+        self, items: Iterable[Any], fields: tuple[str, ...]
+    ) -> list[tuple[Any, ...]]:
+        """The items as a list, once each is known to be a tuple of ``fields`` (the store
+        must be open)."""
+        self._store._check_open()
+        shape = f"({', '.join(fields)}) tuples"
+        if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+            raise InvalidArgument(
+                f"items must be an iterable of {shape}; got a {type(items).__name__}"
+            )
+        checked = list(items)
+        for index, item in enumerate(checked):
+            if not isinstance(item, tuple) or len(item) != len(fields):
+                shown = (
+                    f"a tuple of {len(item)}"
+                    if isinstance(item, tuple)
+                    else f"a {type(item).__name__}"
+                )
+                raise InvalidArgument(f"items must hold {shape}; item {index} is {shown}")
+            if not isinstance(item[0], JobHandle):
+                raise InvalidArgument(
+                    f"the first field of each item must be a job handle; item {index} "
+                    f"holds a {type(item[0]).__name__}"
+                )
+        return checked
+
+    def _checked_handles(
+        self, handles: Iterable[JobHandle], *, where: str = "handles"
+    ) -> list[JobHandle]:
         """The handles as a list, once each is known to be a job handle of this store
-        and queue and no job appears twice (the store must be open)."""
+        and queue and no job appears twice (the store must be open). ``where`` names
+        the argument they came from in messages."""
         self._store._check_open()
         if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
             raise InvalidArgument(
@@ -406,7 +526,7 @@ class Queue:
         for handle in checked:
             if not isinstance(handle, JobHandle):
                 raise InvalidArgument(
-                    f"handles must hold job handles; got a {type(handle).__name__}"
+                    f"{where} must hold job handles; got a {type(handle).__name__}"
                 )
             if handle._queue._store is not self._store or handle._job.queue != self._name:
                 raise InvalidArgument(
@@ -414,7 +534,7 @@ class Queue:
                     f"(queue {handle._job.queue!r}), not to queue {self._name!r}"
                 )
             if handle.id in seen:
-                raise InvalidArgument(f"job {handle.id} appears twice in handles")
+                raise InvalidArgument(f"job {handle.id} appears twice in {where}")
             seen.add(handle.id)
         return checked
 
@@ -446,6 +566,29 @@ class Queue:
         """
         self._store._check_open()
         return await self._backend.sweep_expired(self._name, self._opts.dead_letter_retention_s)
+
+
+async def _consume_all(handles: Sequence[JobHandle], operation: Awaitable[_T]) -> _T:
+    """Run a one-shot operation over many handles, as :meth:`JobHandle._consume` does
+    for one: the handles are consumed while it runs and after it returned; if it raised
+    (engine failure, cancellation), they all stay usable, so it can be repeated."""
+    for handle in handles:
+        handle._consumed = True
+    try:
+        return await operation
+    except BaseException:
+        for handle in handles:
+            handle._consumed = False
+        raise
+
+
+@contextmanager
+def _naming_item(index: int, handle: JobHandle) -> Iterator[None]:
+    """Prefix an InvalidArgument raised for one item with its position and handle."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"item {index} ({handle!r}): {exc}") from None
 
 
 @final

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import heapq
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 from . import _transitions as t
 from ._records import EnqueueSpec, Job, SweepResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
 class _QueueIndex:
@@ -217,6 +218,37 @@ class JobTable:
                 deleted.append(job_id)
         return deleted
 
+    def retry_claims(
+        self,
+        queue: str,
+        items: Iterable[tuple[int, int, str | None, float | None]],
+        now: datetime,
+    ) -> list[bool]:
+        """R2 (D20): retry each (job id, claim token, error, delay_s) in turn, as
+        :meth:`retry` would (dead at budget, else pending after ``delay_s``), all in one
+        transition; one bool per item, in order.
+
+        A job listed twice is retried at most once: by its first item whose claim is
+        valid; every later item of that job is refused, its claim being finished by then.
+        """
+        finish = [
+            (job_id, token, partial(t.retried, now=now, error=error, delay_s=delay_s))
+            for job_id, token, error, delay_s in items
+        ]
+        return self._finish_claims(queue, finish, now)
+
+    def fail_claims(
+        self, queue: str, items: Iterable[tuple[int, int, str | None]], now: datetime
+    ) -> list[bool]:
+        """R2 (D20): fail each (job id, claim token, error) in turn, as :meth:`fail` would,
+        all in one transition; one bool per item, in order (a job listed twice as in
+        :meth:`retry_claims`)."""
+        finish = [
+            (job_id, token, partial(t.failed, now=now, error=error))
+            for job_id, token, error in items
+        ]
+        return self._finish_claims(queue, finish, now)
+
     def cancel(self, queue: str, job_id: int) -> bool:
         """Q7: delete this queue's live row, whatever its state."""
         job = self._live.get(job_id)
@@ -261,6 +293,27 @@ class JobTable:
         if job is None or job.queue != queue or not t.is_valid_claim(job, token, now):
             return None
         return job
+
+    def _finish_claims(
+        self,
+        queue: str,
+        items: Iterable[tuple[int, int, Callable[[Job], Job]]],
+        now: datetime,
+    ) -> list[bool]:
+        """Apply a one-shot transition to each valid (job id, claim token) in turn. Every
+        new row is computed before any is stored, so a transition that raises leaves the
+        table untouched; a job already finished by an earlier item is refused."""
+        self._observe(now)
+        results: list[bool] = []
+        finished: dict[int, Job] = {}
+        for job_id, token, transition in items:
+            job = None if job_id in finished else self._valid(queue, job_id, token, now)
+            if job is not None:
+                finished[job_id] = transition(job)
+            results.append(job is not None)
+        for job in finished.values():
+            self._replace(job, now)
+        return results
 
     def _set_live(self, job: Job, now: datetime) -> None:
         """Store a live row under a new generation and index it by its state."""

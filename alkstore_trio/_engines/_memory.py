@@ -150,6 +150,16 @@ class MemoryBackend:
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         return await self._call(lambda table, now: table.ack_claims(queue, claims, now))
 
+    async def retry_claims(
+        self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
+    ) -> list[bool]:
+        return await self._call(lambda table, now: table.retry_claims(queue, items, now))
+
+    async def fail_claims(
+        self, queue: str, items: Sequence[tuple[int, int, str | None]]
+    ) -> list[bool]:
+        return await self._call(lambda table, now: table.fail_claims(queue, items, now))
+
     async def cancel(self, queue: str, job_id: int) -> bool:
         return await self._call(lambda table, now: table.cancel(queue, job_id))
 

@@ -81,6 +81,25 @@ class Backend(Protocol):
         queue, atomically in one statement; the ids deleted."""
         ...
 
+    async def retry_claims(
+        self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
+    ) -> list[bool]:
+        """R2 (D20): retry each (job id, claim token, error, delay_s) whose claim is valid
+        (Q4's V) in this queue, exactly as :meth:`retry` (dead at budget, else pending
+        after ``delay_s``), atomically in one statement with one clock read; one bool
+        per item, in order. A job listed twice is retried at most once, by its first
+        item with a valid claim; its later items are refused."""
+        ...
+
+    async def fail_claims(
+        self, queue: str, items: Sequence[tuple[int, int, str | None]]
+    ) -> list[bool]:
+        """R2 (D20): fail each (job id, claim token, error) whose claim is valid (Q4's V)
+        in this queue, exactly as :meth:`fail`, atomically in one statement with one clock
+        read; one bool per item, in order (a job listed twice as in
+        :meth:`retry_claims`)."""
+        ...
+
     async def cancel(self, queue: str, job_id: int) -> bool:
         """Q7."""
         ...

@@ -1724,6 +1724,351 @@ async def q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
         assert await foreign.ack() is True, "the other queue's handle was disturbed"
 
 
+@_check
+async def q4_retry_handles_retries_valid_claims_and_refuses_stale_ones(
+    harness: EngineHarness,
+) -> None:
+    """Q4/R2 (D20): ``queue.retry_handles`` applies each ``(handle, error, delay_s)`` as
+    ``handle.retry(error, delay_s)`` would, under V, token included, in one call: below
+    budget the row is pending after ``delay_s`` (``0`` = at once) or after the backoff
+    curve (one draw from the store's rng per item that needs it, in item order, refused
+    items included: decision 2), with ``last_error = error`` and the claim fields
+    cleared; on the last allowed attempt it is dead-lettered; lapsed, reclaimed (still
+    held, or given back) and cancelled claims are refused per item (False, row
+    untouched). The result is one bool per item, in order; every handle is consumed."""
+    seed = 5150
+    base = 60
+    reference = random.Random(seed)
+    async with harness.open_store(rng=random.Random(seed)) as store:
+        short = store.queue(
+            "retry-handles", QueueOpts(visibility_timeout_s=10, backoff_base_s=base)
+        )
+        long = store.queue(
+            "retry-handles", QueueOpts(visibility_timeout_s=1000, backoff_base_s=base)
+        )
+        reclaimed = await short.enqueue(b"reclaimed", priority=8)
+        given_back = await short.enqueue(b"given-back", priority=7)
+        explicit = await long.enqueue(b"explicit", priority=6)
+        backoff = await long.enqueue(b"backoff", priority=5)
+        spent_error = await long.enqueue(b"spent-error", priority=4, max_attempts=1)
+        spent_default = await long.enqueue(b"spent-default", priority=3, max_attempts=1)
+        cancelled = await long.enqueue(b"cancelled", priority=2)
+        at_once = await long.enqueue(b"at-once", priority=1)
+        lapsed = await short.enqueue(b"lapsed", priority=0)
+        claimed_at = await harness.now()
+        stale = {h.id: h for h in await long.claim_batch("worker-a", 9)}
+        assert len(stale) == 9, f"claim_batch(9) claimed {sorted(stale)}"
+        await harness.advance(11)
+        # Another worker reclaims the two best lapsed jobs: it keeps one (processing under
+        # a newer token) and gives the other back (pending, attempts moved on).
+        winners = {h.id: h for h in await long.claim_batch("worker-b", 2)}
+        assert set(winners) == {reclaimed, given_back}, f"worker-b reclaimed {sorted(winners)}"
+        assert await winners[given_back].retry("again", delay_s=10_000) is True, "retry refused"
+        assert await long.cancel(cancelled) is True, "cancel refused"
+        items: list[tuple[JobHandle, str | None, float | None]] = [
+            (stale[lapsed], None, None),
+            (stale[explicit], "boom", 30),
+            (stale[reclaimed], None, None),
+            (stale[backoff], None, None),
+            (stale[spent_error], "last", 5),
+            (stale[cancelled], None, None),
+            (stale[spent_default], None, None),
+            (stale[given_back], "late", 0),
+            (stale[at_once], "now", 0),
+        ]
+        expected = [False, True, False, True, True, False, True, False, True]
+        refused = (lapsed, reclaimed, given_back)
+        before = {job_id: await _get(long, job_id) for job_id in refused}
+        now = await harness.now()
+        results = await long.retry_handles(items)
+        assert results == expected, (
+            "retry_handles over (lapsed, explicit delay, reclaimed, backoff, at budget with "
+            "an error, cancelled, at budget, given back, delay 0) returned "
+            f"{results}, expected {expected}"
+        )
+        # Draws, in item order: lapsed, reclaimed, backoff, cancelled (the items without
+        # delay_s below budget); the third is the backoff item's delay.
+        draws = [reference.randint(*_jitter_range(base, 1)) for _ in range(4)]
+        for job_id, delay, error in (
+            (explicit, 30, "boom"),
+            (backoff, draws[2], None),
+            (at_once, 0, "now"),
+        ):
+            row = await _get(long, job_id)
+            seen = (row.state, row.run_at, row.last_error, row.attempts)
+            want = ("pending", _after(now, delay), error, 1)
+            assert seen == want, (
+                f"retry_handles of job {job_id}: (state, run_at, last_error, attempts) = "
+                f"{seen!r}, expected {want!r}"
+            )
+            assert (row.claimed_by, row.claimed_at, row.claim_expires_at) == (None, None, None), (
+                f"retry_handles left job {job_id}'s claim fields set"
+            )
+        for job_id, last_error in ((spent_error, "last"), (spent_default, MAX_ATTEMPTS_EXCEEDED)):
+            dead = await _assert_dead(
+                harness, long, job_id, last_error, "retry_handles on the last attempt"
+            )
+            seen_dead = (dead.died_at, dead.attempts, dead.claimed_by, dead.claimed_at)
+            want_dead = (now, 1, "worker-a", claimed_at)
+            assert seen_dead == want_dead, (
+                f"retry_handles at budget of job {job_id}: (died_at, attempts, claimed_by, "
+                f"claimed_at) = {seen_dead!r}, expected {want_dead!r}"
+            )
+        await _assert_gone(long, cancelled, "retry_handles of a cancelled claim")
+        for job_id, row in before.items():
+            after = await _get(long, job_id)
+            assert after == row, (
+                f"a refused retry_handles changed job {job_id}: {row!r} -> {after!r}"
+            )
+        for handle, _, _ in items:
+            await _raises(
+                HandleConsumed, f"ack() of handle {handle.id} after retry_handles", handle.ack
+            )
+        await _raises(
+            HandleConsumed, "retry_handles of consumed handles", long.retry_handles, items
+        )
+        # The job retried with delay 0 is ready at once, beside the lapsed claim.
+        probe = {h.id: h for h in await long.claim_batch("probe", 10)}
+        assert set(probe) == {lapsed, at_once}, (
+            f"after retry_handles, claimed {sorted(probe)}; expected {sorted({lapsed, at_once})}"
+        )
+        assert await winners[reclaimed].ack() is True, "the new holder could not ack"
+
+
+@_check
+async def q4_retry_handles_dead_letters_claims_on_their_last_attempt(
+    harness: EngineHarness,
+) -> None:
+    """Q4/R2 (D20): an item of ``retry_handles`` whose claim is the job's last allowed
+    attempt moves the row to dead with ``last_error = error`` or "max attempts exceeded"
+    (a given delay is ignored, and no backoff is drawn: decision 2), keeping its claim
+    fields (decision 1); nothing is left claimable."""
+    seed = 99
+    async with harness.open_store(rng=random.Random(seed)) as store:
+        queue = store.queue("retry-handles-budget", QueueOpts(max_attempts=2, backoff_base_s=60))
+        cases: list[tuple[str | None, float | None, str]] = [
+            (None, None, MAX_ATTEMPTS_EXCEEDED),
+            ("boom", None, "boom"),
+            ("", None, ""),
+            ("boom", 30, "boom"),
+            (None, 0, MAX_ATTEMPTS_EXCEEDED),
+        ]
+        ids = await queue.enqueue_many([b"%d" % i for i in range(len(cases))])
+        first = await queue.claim_batch("holder", len(cases))
+        assert await queue.retry_handles([(h, None, 0) for h in first]) == [True] * len(cases), (
+            "retry_handles(delay_s=0) below budget was refused"
+        )
+        claimed_at = await harness.now()
+        last = {h.id: h for h in await queue.claim_batch("holder", len(cases))}
+        assert set(last) == set(ids), f"the second claim took {sorted(last)}, expected {ids}"
+        await harness.advance(1)
+        now = await harness.now()
+        items = [
+            (last[job_id], error, delay)
+            for job_id, (error, delay, _) in zip(ids, cases, strict=True)
+        ]
+        results = await queue.retry_handles(items)
+        assert results == [True] * len(cases), (
+            f"retry_handles on the last attempt returned {results}"
+        )
+        for job_id, (error, delay, last_error) in zip(ids, cases, strict=True):
+            what = f"retry_handles item (error={error!r}, delay_s={delay!r}) at budget"
+            dead = await _assert_dead(harness, queue, job_id, last_error, what)
+            seen = (dead.died_at, dead.attempts, dead.claimed_by, dead.claimed_at)
+            assert seen == (now, 2, "holder", claimed_at), (
+                f"{what}: (died_at, attempts, claimed_by, claimed_at) = {seen!r}, expected "
+                f"{(now, 2, 'holder', claimed_at)!r}"
+            )
+        await _nothing_claimable(queue, "after retry_handles at budget")
+        # No item drew: the next draw is the rng's first.
+        job_id = await queue.enqueue(b"probe")
+        handle = await _claim_id(queue, job_id)
+        now = await harness.now()
+        assert await queue.retry_handles([(handle, None, None)]) == [True], "retry refused"
+        row = await _get(queue, job_id)
+        expected = random.Random(seed).randint(*_jitter_range(60, 1))
+        assert row.run_at == _after(now, expected), (
+            f"the first backoff draw after retries at budget gave run_at {row.run_at}, "
+            f"expected now + {expected} s: a retry at budget drew from the rng"
+        )
+
+
+@_check
+async def q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
+    harness: EngineHarness,
+) -> None:
+    """Q4/R2 (D20): ``queue.fail_handles`` applies each ``(handle, error)`` as
+    ``handle.fail(error)`` would, under V, token included, in one call: the row moves to
+    dead now with ``last_error = error`` or "failed", whatever attempts are left, keeping
+    its claim fields; lapsed, reclaimed and cancelled claims are refused per item (False,
+    row untouched). The result is one bool per item, in order; every handle is
+    consumed."""
+    async with harness.open_store() as store:
+        short = store.queue("fail-handles", QueueOpts(visibility_timeout_s=10, max_attempts=10))
+        long = store.queue("fail-handles", QueueOpts(visibility_timeout_s=1000, max_attempts=10))
+        reclaimed = await short.enqueue(b"reclaimed", priority=5)
+        with_error = await long.enqueue(b"with-error", priority=4)
+        default = await long.enqueue(b"default", priority=3)
+        empty = await long.enqueue(b"empty", priority=2)
+        cancelled = await long.enqueue(b"cancelled", priority=1)
+        lapsed = await short.enqueue(b"lapsed", priority=0)
+        claimed_at = await harness.now()
+        stale = {h.id: h for h in await long.claim_batch("worker-a", 6)}
+        assert len(stale) == 6, f"claim_batch(6) claimed {sorted(stale)}"
+        await harness.advance(11)
+        winner = await _claim(long, "worker-b", "the reclaim of the best lapsed job")
+        assert winner.id == reclaimed, f"worker-b reclaimed {winner.id}, expected {reclaimed}"
+        assert await long.cancel(cancelled) is True, "cancel refused"
+        items: list[tuple[JobHandle, str | None]] = [
+            (stale[lapsed], "lapsed"),
+            (stale[with_error], "bad input"),
+            (stale[reclaimed], None),
+            (stale[default], None),
+            (stale[cancelled], "gone"),
+            (stale[empty], ""),
+        ]
+        expected = [False, True, False, True, False, True]
+        before = {job_id: await _get(long, job_id) for job_id in (lapsed, reclaimed)}
+        now = await harness.now()
+        results = await long.fail_handles(items)
+        assert results == expected, (
+            "fail_handles over (lapsed, valid, reclaimed, valid, cancelled, valid) returned "
+            f"{results}, expected {expected}"
+        )
+        for job_id, last_error in ((with_error, "bad input"), (default, FAILED), (empty, "")):
+            dead = await _assert_dead(harness, long, job_id, last_error, "fail_handles")
+            seen = (dead.died_at, dead.attempts, dead.claimed_by, dead.claimed_at)
+            assert seen == (now, 1, "worker-a", claimed_at), (
+                f"fail_handles of job {job_id}: (died_at, attempts, claimed_by, claimed_at) "
+                f"= {seen!r}, expected {(now, 1, 'worker-a', claimed_at)!r}"
+            )
+        await _assert_gone(long, cancelled, "fail_handles of a cancelled claim")
+        for job_id, row in before.items():
+            after = await _get(long, job_id)
+            assert after == row, (
+                f"a refused fail_handles changed job {job_id}: {row!r} -> {after!r}"
+            )
+        for handle, _ in items:
+            await _raises(
+                HandleConsumed, f"retry() of handle {handle.id} after fail_handles", handle.retry
+            )
+        await _raises(HandleConsumed, "fail_handles of consumed handles", long.fail_handles, items)
+        assert await winner.ack() is True, "the new holder could not ack"
+        probe = [h.id for h in await long.claim_batch("probe", 10)]
+        assert probe == [lapsed], f"after fail_handles, claimed {probe}, expected [{lapsed}]"
+
+
+@_check
+async def q4_retry_and_fail_handles_reject_bad_items_without_effect(
+    harness: EngineHarness,
+) -> None:
+    """Q4/Q12 (D20): for ``retry_handles`` and ``fail_handles``, a non-iterable, an item
+    that is not a tuple of the right size, a non-handle, a handle of another queue or
+    store, a job listed twice, or a bad error or delay is InvalidArgument; a consumed
+    handle is HandleConsumed. Either way nothing is retried or failed, no handle is
+    consumed and no backoff is drawn. An empty iterable returns [] and draws nothing;
+    any iterable of items is accepted."""
+    seed = 31337
+    async with (
+        harness.open_store(rng=random.Random(seed)) as store,
+        harness.open_store() as elsewhere,
+    ):
+        queue = store.queue("finish-handles-check", QueueOpts(backoff_base_s=60))
+        other = store.queue("finish-handles-other")
+        far = elsewhere.queue("finish-handles-check")
+        ids = await queue.enqueue_many([b"a", b"b", b"c"])
+        await other.enqueue(b"o")
+        await far.enqueue(b"f")
+        mine = await queue.claim_batch("w", 3)
+        assert [h.id for h in mine] == ids, f"claimed {[h.id for h in mine]}, expected {ids}"
+        foreign = await _claim(other, "w")
+        remote = await _claim(far, "w")
+        before = {job_id: await _get(queue, job_id) for job_id in ids}
+        assert await queue.retry_handles([]) == [], "retry_handles([]) did not return []"
+        assert await queue.fail_handles(iter([])) == [], "fail_handles([]) did not return []"
+        a, b, c = mine
+        nan = float("nan")
+        bad_retries: list[tuple[str, object]] = [
+            ("not an iterable", 5),
+            ("a str", "abc"),
+            ("a bare handle", [a]),
+            ("a list item", [[a, None, None]]),
+            ("a 2-tuple", [(a, None)]),
+            ("a 4-tuple", [(a, None, None, None)]),
+            ("a job id", [(a, None, None), (ids[1], None, None)]),
+            ("another queue's handle", [(a, None, None), (foreign, None, None)]),
+            ("another store's handle", [(a, None, None), (remote, None, None)]),
+            ("a handle twice", [(a, None, None), (a, "again", 0)]),
+            ("a negative delay", [(a, None, None), (b, None, -1)]),
+            ("a NaN delay", [(a, None, None), (b, None, nan)]),
+            ("an infinite delay", [(a, None, None), (b, None, float("inf"))]),
+            ("a bool delay", [(a, None, None), (b, None, True)]),
+            ("a str delay", [(a, None, None), (b, None, "5")]),
+            ("a bytes error", [(a, None, None), (b, b"boom", 0)]),
+            ("an error with NUL", [(a, None, None), (b, "a\x00b", 0)]),
+            ("a too long error", [(a, None, None), (b, "e" * 65537, 0)]),
+        ]
+        for what, bad in bad_retries:
+            await _raises(InvalidArgument, f"retry_handles with {what}", queue.retry_handles, bad)
+        bad_fails: list[tuple[str, object]] = [
+            ("not an iterable", 5),
+            ("a bare handle", [a]),
+            ("a 3-tuple", [(a, None, None)]),
+            ("a job id", [(a, None), (ids[1], None)]),
+            ("another queue's handle", [(a, None), (foreign, None)]),
+            ("another store's handle", [(a, None), (remote, None)]),
+            ("a handle twice", [(a, None), (a, "again")]),
+            ("an int error", [(a, None), (b, 5)]),
+            ("an error with NUL", [(a, None), (b, "a\x00b")]),
+        ]
+        for what, bad in bad_fails:
+            await _raises(InvalidArgument, f"fail_handles with {what}", queue.fail_handles, bad)
+        exc = await _raises(
+            InvalidArgument,
+            "retry_handles with delay_s=-9",
+            queue.retry_handles,
+            [(a, None, None), (b, None, -9)],
+        )
+        _assert_mentions(exc, "retry_handles with delay_s=-9", "delay_s", "-9")
+        assert await c.ack() is True, "ack refused"
+        await _raises(
+            HandleConsumed,
+            "retry_handles with a consumed handle",
+            queue.retry_handles,
+            [(a, None, None), (c, None, None)],
+        )
+        await _raises(
+            HandleConsumed,
+            "fail_handles with a consumed handle",
+            queue.fail_handles,
+            [(a, None), (c, None)],
+        )
+        for job_id in ids[:2]:
+            after = await _get(queue, job_id)
+            assert after == before[job_id], (
+                f"a rejected retry_handles/fail_handles changed job {job_id}: "
+                f"{before[job_id]!r} -> {after!r}"
+            )
+        # Nothing was consumed, and nothing drawn: the first accepted backoff item gets
+        # the rng's first draw.
+        now = await harness.now()
+        assert await queue.retry_handles(iter([(a, None, None)])) == [True], (
+            "retry_handles of an untouched handle after the rejected calls was refused"
+        )
+        row = await _get(queue, a.id)
+        first_draw = random.Random(seed).randint(*_jitter_range(60, 1))
+        assert row.run_at == _after(now, first_draw), (
+            f"retry_handles after rejected calls gave run_at {row.run_at}, expected now + "
+            f"{first_draw} s (the rng's first draw): a rejected call drew from the rng"
+        )
+        assert await queue.fail_handles(item for item in [(b, None)]) == [True], (
+            "fail_handles of an untouched handle after the rejected calls was refused"
+        )
+        await _assert_dead(harness, queue, b.id, FAILED, "fail_handles after rejected calls")
+        assert await foreign.ack() is True, "the other queue's handle was consumed or disturbed"
+        assert await remote.ack() is True, "the other store's handle was consumed or disturbed"
+
+
 # -- Q5 backoff ---------------------------------------------------------------------------
 
 
@@ -2470,6 +2815,12 @@ async def q11_every_operation_after_close_raises_store_closed(harness: EngineHar
                 ("queue.cancel", lambda: queue.cancel(ids[0])),
                 ("queue.get_job", lambda: queue.get_job(ids[0])),
                 ("queue.sweep_expired", queue.sweep_expired),
+                ("queue.ack_handles", lambda: queue.ack_handles([fresh])),
+                ("queue.heartbeat_handles", lambda: queue.heartbeat_handles([fresh])),
+                ("queue.retry_handles", lambda: queue.retry_handles([(fresh, None, None)])),
+                ("queue.retry_handles([])", lambda: queue.retry_handles([])),
+                ("queue.fail_handles", lambda: queue.fail_handles([(fresh, None)])),
+                ("queue.fail_handles([])", lambda: queue.fail_handles([])),
                 ("handle.heartbeat", fresh.heartbeat),
                 ("handle.ack", fresh.ack),
                 ("handle.retry", fresh.retry),
@@ -2582,6 +2933,14 @@ async def q11_store_closed_is_reported_before_other_errors(harness: EngineHarnes
                     ("queue.claim_batch('', 1)", lambda: queue.claim_batch("", 1)),
                     ("queue.get_job('1')", lambda: queue.get_job(_any("1"))),
                     ("consumed handle.retry(delay_s=-1)", lambda: handle.retry(delay_s=-1)),
+                    (
+                        "queue.retry_handles with a consumed handle and delay_s=-1",
+                        lambda: queue.retry_handles([(handle, None, -1)]),
+                    ),
+                    (
+                        "queue.fail_handles with a consumed handle and a bad item",
+                        lambda: queue.fail_handles([(handle, None), _any(5)]),
+                    ),
                 ]
             )
 
@@ -2636,6 +2995,16 @@ async def q12_messages_name_the_parameter_and_the_value(harness: EngineHarness) 
             ("extend_s", lambda: handle.heartbeat(-7), ("extend_s", "-7")),
             ("delay_s", lambda: handle.retry(delay_s=-9), ("delay_s", "-9")),
             ("error", lambda: handle.fail(_any(12345)), ("error", "12345")),
+            (
+                "retry_handles delay_s",
+                lambda: queue.retry_handles([(handle, None, -9)]),
+                ("delay_s", "-9"),
+            ),
+            (
+                "fail_handles error",
+                lambda: queue.fail_handles([(handle, _any(12345))]),
+                ("error", "12345"),
+            ),
             ("job_id", lambda: queue.get_job(_any("77")), ("job_id", "77")),
             ("payload", lambda: queue.enqueue(_any(3.25)), ("payload", "float")),
             (
@@ -2763,6 +3132,10 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
     q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
     q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
+    q4_retry_handles_retries_valid_claims_and_refuses_stale_ones,
+    q4_retry_handles_dead_letters_claims_on_their_last_attempt,
+    q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
+    q4_retry_and_fail_handles_reject_bad_items_without_effect,
     q5_backoff_delay_is_within_the_equal_jitter_range,
     q5_backoff_is_capped_at_one_hour,
     q5_backoff_base_zero_retries_at_once,

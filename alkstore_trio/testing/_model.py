@@ -427,6 +427,29 @@ class ReferenceModel:
         self._kill(job, _FAILED if error is None else error, now)
         return True
 
+    def retry_claims(
+        self,
+        queue: str,
+        items: Iterable[tuple[int, int, str | None, float | None]],
+        *,
+        now: datetime,
+    ) -> list[bool]:
+        """R2 (D20): retry each (job id, claim token, error, delay_s) in turn, as
+        :meth:`retry` would (backoff draws included, in item order), all at one ``now``;
+        one bool per item. A job listed twice is retried by its first valid item only:
+        by the time the later ones come, its claim is finished."""
+        return [
+            self.retry(queue, job_id, token, error, delay_s, now=now)
+            for job_id, token, error, delay_s in items
+        ]
+
+    def fail_claims(
+        self, queue: str, items: Iterable[tuple[int, int, str | None]], *, now: datetime
+    ) -> list[bool]:
+        """R2 (D20): fail each (job id, claim token, error) in turn, as :meth:`fail` would,
+        all at one ``now``; one bool per item."""
+        return [self.fail(queue, job_id, token, error, now=now) for job_id, token, error in items]
+
     # -- Q6, Q7, Q9 --------------------------------------------------------------------
 
     def ack_batch(self, queue: str, ids: Iterable[int], *, now: datetime) -> int:

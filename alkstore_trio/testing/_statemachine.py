@@ -179,6 +179,24 @@ class HeartbeatHandles(_Step):
 
 
 @dataclass(frozen=True, repr=False)
+class RetryHandles(_Step):
+    """``queue.retry_handles(items)``: ``(handle, error, delay_s)`` items over distinct
+    unconsumed handles of that queue."""
+
+    queue: str
+    items: tuple[tuple[str, str | None, float | None], ...] = ()
+
+
+@dataclass(frozen=True, repr=False)
+class FailHandles(_Step):
+    """``queue.fail_handles(items)``: ``(handle, error)`` items over distinct unconsumed
+    handles of that queue."""
+
+    queue: str
+    items: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(frozen=True, repr=False)
 class Retry(_Step):
     """``handle.retry(error, delay_s)``."""
 
@@ -322,6 +340,8 @@ _StepKind: TypeAlias = Literal[
     "reuse",
     "ack_handles",
     "heartbeat_handles",
+    "retry_handles",
+    "fail_handles",
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -331,6 +351,8 @@ _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "crash",
     "ack_handles",
     "heartbeat_handles",
+    "retry_handles",
+    "fail_handles",
 )
 
 
@@ -374,7 +396,7 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw(st.sampled_from(targets[draw(st.sampled_from(sorted(targets)))]))
     if kind == "crash":
         return Crash(draw(_WORKER_IDS))
-    if kind in ("ack_handles", "heartbeat_handles"):
+    if kind in ("ack_handles", "heartbeat_handles", "retry_handles", "fail_handles"):
         name = run.queues[queue].name
         mine = [label for label in live if run.slots[label].handle.job.queue == name]
         # One handle per job: a stale and a current handle of one job may both be live
@@ -387,6 +409,11 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         )
         if kind == "heartbeat_handles":
             return HeartbeatHandles(queue, handles=tuple(chosen), extend_s=draw(_EXTENDS))
+        if kind == "retry_handles":
+            retries = tuple((label, draw(_ERRORS), draw(_RETRY_DELAYS)) for label in chosen)
+            return RetryHandles(queue, items=retries)
+        if kind == "fail_handles":
+            return FailHandles(queue, items=tuple((label, draw(_ERRORS)) for label in chosen))
         return AckHandles(queue, handles=tuple(chosen))
     if kind in ("ack", "retry", "fail", "heartbeat"):
         handle = draw(st.sampled_from(live))
@@ -628,6 +655,37 @@ class _Run:
             want_renewed = [job_id in renewed for job_id, _ in claims]
             _agree(f"{step}: results", got_renewed, want_renewed)
             return got_renewed
+        if isinstance(step, RetryHandles):
+            queue = self.queues[step.queue]
+            retries = [(self.slots[label], error, delay) for label, error, delay in step.items]
+            for slot, _, _ in retries:
+                slot.consumed = True
+            got_retried = await queue.retry_handles(
+                [(slot.handle, error, delay) for slot, error, delay in retries]
+            )
+            want_retried = model.retry_claims(
+                queue.name,
+                [
+                    (slot.handle.job.id, slot.handle.job.attempts, error, delay)
+                    for slot, error, delay in retries
+                ],
+                now=now,
+            )
+            _agree(f"{step}: results", got_retried, want_retried)
+            return got_retried
+        if isinstance(step, FailHandles):
+            queue = self.queues[step.queue]
+            fails = [(self.slots[label], error) for label, error in step.items]
+            for slot, _ in fails:
+                slot.consumed = True
+            got_failed = await queue.fail_handles([(slot.handle, error) for slot, error in fails])
+            want_failed = model.fail_claims(
+                queue.name,
+                [(slot.handle.job.id, slot.handle.job.attempts, error) for slot, error in fails],
+                now=now,
+            )
+            _agree(f"{step}: results", got_failed, want_failed)
+            return got_failed
         if isinstance(step, AckBatch):
             queue = self.queues[step.queue]
             got_count = await queue.ack_batch(list(step.ids))
@@ -805,6 +863,11 @@ def _event_name(step: _Step, outcome: _Outcome) -> str:
         return f"{kind} {str(outcome).split()[0]}"
     if isinstance(step, AckBatch):
         return f"{kind}: {min(int(str(outcome)), 2)}+ acked"
+    if isinstance(step, AckHandles | HeartbeatHandles | RetryHandles | FailHandles):
+        assert isinstance(outcome, list)
+        applied = sum(1 for result in outcome if result)
+        refused = len(outcome) - applied
+        return f"{kind}: {min(applied, 1)}+ applied, {min(refused, 1)}+ refused"
     if isinstance(outcome, bool | str) or outcome is None:
         return f"{kind} -> {outcome}"
     return kind
@@ -823,10 +886,11 @@ async def check_engine_against_model(
     Opens one fresh store through ``harness`` (its random source seeded like the model's)
     and takes ``steps`` steps drawn from ``data``: enqueue, enqueue_many, claim_one and
     claim_batch (``n`` down to -1), heartbeat, ack, retry, fail, reuse of a consumed
-    handle, ack_handles and heartbeat_handles of several handles, ack_batch of mixed
-    ids, cancel, sweep_expired under several retentions, clock advances (onto deadlines
-    exactly, and one microsecond past them), committed and rolled-back transactions, and
-    worker crashes. After each step every job's ``get_job`` must agree on every queue.
+    handle, ack_handles, heartbeat_handles, retry_handles and fail_handles of several
+    handles, ack_batch of mixed ids, cancel, sweep_expired under several retentions,
+    clock advances (onto deadlines exactly, and one microsecond past them), committed
+    and rolled-back transactions, and worker crashes. After each step every job's
+    ``get_job`` must agree on every queue.
 
     Call it inside ``trio.run`` from a ``@given(st.data())`` test (or use
     :func:`engine_vs_model_test`, which does that)::

@@ -128,6 +128,66 @@ class _DeadlineBlindTable(JobTable):
     def fail(self, queue: str, job_id: int, token: int, error: str | None, now: datetime) -> bool:
         return super().fail(queue, job_id, token, error, self._as_if_in_time(queue, job_id, now))
 
+    def retry_claims(
+        self,
+        queue: str,
+        items: Iterable[tuple[int, int, str | None, float | None]],
+        now: datetime,
+    ) -> list[bool]:
+        return [
+            self.retry(queue, job_id, token, error, delay_s, now)
+            for job_id, token, error, delay_s in items
+        ]
+
+    def fail_claims(
+        self, queue: str, items: Iterable[tuple[int, int, str | None]], now: datetime
+    ) -> list[bool]:
+        return [self.fail(queue, job_id, token, error, now) for job_id, token, error in items]
+
+
+class _TokenBlindTable(JobTable):
+    """The batch operations ignore the claim token (the hazard D18 exists for): a stale
+    holder's batch acts on a job another worker has reclaimed since."""
+
+    def _current_token(self, queue: str, job_id: int, token: int) -> int:
+        job = self.get(queue, job_id)
+        return token if job is None else job.attempts
+
+    def ack_claims(self, queue: str, claims: Iterable[tuple[int, int]], now: datetime) -> list[int]:
+        blind = [(job_id, self._current_token(queue, job_id, token)) for job_id, token in claims]
+        return super().ack_claims(queue, blind, now)
+
+    def heartbeat_claims(
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        extend_s: float | None,
+        now: datetime,
+    ) -> list[int]:
+        blind = [(job_id, self._current_token(queue, job_id, token)) for job_id, token in claims]
+        return super().heartbeat_claims(queue, blind, extend_s, now)
+
+    def retry_claims(
+        self,
+        queue: str,
+        items: Iterable[tuple[int, int, str | None, float | None]],
+        now: datetime,
+    ) -> list[bool]:
+        blind = [
+            (job_id, self._current_token(queue, job_id, token), error, delay_s)
+            for job_id, token, error, delay_s in items
+        ]
+        return super().retry_claims(queue, blind, now)
+
+    def fail_claims(
+        self, queue: str, items: Iterable[tuple[int, int, str | None]], now: datetime
+    ) -> list[bool]:
+        blind = [
+            (job_id, self._current_token(queue, job_id, token), error)
+            for job_id, token, error in items
+        ]
+        return super().fail_claims(queue, blind, now)
+
 
 class _WorstFirstTable(JobTable):
     """Hands out the *worst* claimable rows first (the claim order reversed): it claims
@@ -171,6 +231,11 @@ class _WorstFirstHarness(_BrokenHarness):
     table_class = _WorstFirstTable
 
 
+class _TokenBlindHarness(_BrokenHarness):
+    name = "token-blind"
+    table_class = _TokenBlindTable
+
+
 class _LazySweepHarness(_BrokenHarness):
     name = "lazy-sweep"
     table_class = _LazySweepTable
@@ -187,8 +252,20 @@ class _LazySweepHarness(_BrokenHarness):
                 "q4_heartbeat_does_not_consume_the_handle",
                 "q6_ack_batch_deletes_only_valid_claims_of_this_queue",
                 "q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
+                "q4_retry_handles_retries_valid_claims_and_refuses_stale_ones",
+                "q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
             },
             id="deadline-blind",
+        ),
+        pytest.param(
+            _TokenBlindHarness,
+            {
+                "q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones",
+                "q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
+                "q4_retry_handles_retries_valid_claims_and_refuses_stale_ones",
+                "q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
+            },
+            id="token-blind",
         ),
         pytest.param(
             _WorstFirstHarness,

@@ -300,6 +300,51 @@ async def test_q4_ack_cancelled_while_the_engine_works_fully_happened(store, clo
         await handle.ack()
 
 
+@pytest.mark.parametrize("operation", ["retry_handles", "fail_handles"])
+async def test_r2_batch_finish_cancelled_while_the_engine_works_fully_happened(
+    store, clock, operation
+):
+    queue = store.queue("q", QueueOpts(max_attempts=1))
+    ids = await queue.enqueue_many([b"a", b"b"])
+    handles = await queue.claim_batch("w", 2)
+    calls = {
+        "retry_handles": lambda: queue.retry_handles([(h, "boom", 0) for h in handles]),
+        "fail_handles": lambda: queue.fail_handles([(h, "boom") for h in handles]),
+    }
+    result = None
+    with trio.CancelScope() as scope:
+        clock.hooks.append(scope.cancel)
+        result = await calls[operation]()
+    assert result == [True, True]
+    for job_id in ids:
+        row = await queue.get_job(job_id)
+        assert (row.state, row.last_error) == ("dead", "boom")
+    for handle in handles:
+        with pytest.raises(HandleConsumed):
+            await handle.ack()
+
+
+@pytest.mark.parametrize("operation", ["retry_handles", "fail_handles"])
+async def test_r2_batch_finish_cancelled_before_it_is_sent_never_happened(store, operation):
+    """Cancelled before the request reaches the engine: nothing happened, and the handles
+    stay usable (the call can be repeated)."""
+    queue = store.queue("q")
+    await queue.enqueue_many([b"a", b"b"])
+    handles = await queue.claim_batch("w", 2)
+    calls = {
+        "retry_handles": lambda: queue.retry_handles([(h, None, None) for h in handles]),
+        "fail_handles": lambda: queue.fail_handles([(h, None) for h in handles]),
+    }
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await calls[operation]()
+    assert scope.cancelled_caught
+    for handle in handles:
+        row = await queue.get_job(handle.id)
+        assert (row.state, row.attempts) == ("processing", 1)
+    assert await calls[operation]() == [True, True]
+
+
 # -- Q11 closing with requests in flight --------------------------------------------------
 
 
@@ -565,9 +610,38 @@ async def test_q2_q3_one_clock_read_per_operation(store, clock):
     assert ids == [1, 2, 3, 4]
 
 
+async def test_r2_retry_and_fail_handles_are_one_clock_read_each(store, clock):
+    queue = store.queue("q")
+    await queue.enqueue_many([b"a", b"b", b"c", b"d"])
+    handles = await queue.claim_batch("w", 4)
+    reads = clock.reads
+    retries = [(h, "boom", 0) for h in handles[:2]]
+    assert await queue.retry_handles(retries) == [True, True]
+    assert clock.reads == reads + 1
+    assert await queue.fail_handles([(h, None) for h in handles[2:]]) == [True, True]
+    assert clock.reads == reads + 2
+    # Empty and rejected batches are refused before the engine is asked anything.
+    assert await queue.retry_handles([]) == []
+    assert await queue.fail_handles([]) == []
+    with pytest.raises(HandleConsumed):
+        await queue.retry_handles(retries)
+    with pytest.raises(InvalidArgument):
+        await queue.fail_handles([5])  # type: ignore[list-item]
+    assert clock.reads == reads + 2
+
+
 @pytest.mark.parametrize(
     "operation",
-    ["enqueue", "claim_one", "get_job", "cancel", "ack_batch", "sweep_expired"],
+    [
+        "enqueue",
+        "claim_one",
+        "get_job",
+        "cancel",
+        "ack_batch",
+        "sweep_expired",
+        "retry_handles([])",
+        "fail_handles([])",
+    ],
 )
 async def test_q3_engine_operations_are_checkpoints(store, operation):
     queue = store.queue("q")
@@ -578,6 +652,8 @@ async def test_q3_engine_operations_are_checkpoints(store, operation):
         "cancel": lambda: queue.cancel(1),
         "ack_batch": lambda: queue.ack_batch([1]),
         "sweep_expired": lambda: queue.sweep_expired(),
+        "retry_handles([])": lambda: queue.retry_handles([]),
+        "fail_handles([])": lambda: queue.fail_handles([]),
     }
     with trio.testing.assert_checkpoints():
         await calls[operation]()

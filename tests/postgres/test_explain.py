@@ -230,6 +230,31 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
+        "retry_claims": [
+            (
+                "items",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "errors": ["boom", None] * (len(data.processing_ids) // 2)
+                    + ["boom"] * (len(data.processing_ids) % 2),
+                    "delays": [10.0, None] * (len(data.processing_ids) // 2)
+                    + [0.0] * (len(data.processing_ids) % 2),
+                },
+            )
+        ],
+        "fail_claims": [
+            (
+                "items",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "errors": ["failed"] * len(data.processing_ids),
+                },
+            )
+        ],
         "cancel": [("pending", {"id": data.pending_id, "queue": QUEUE})],
         "get_job": [
             ("live", {"id": data.pending_id, "queue": QUEUE}),
@@ -332,6 +357,34 @@ def test_explain_no_query_scans_jobs_or_dead_jobs_sequentially(
                 f"sequentially:\n{json.dumps(plan, indent=1)}"
             )
     assert not failures, "\n\n".join(failures)
+
+
+#: The R2 batch statements over (id, claim token) items (D18-D20): they must reach their
+#: rows by primary key, never by a walk of a queue's pending rows or leases.
+BATCH_CLAIM_QUERIES = ["ack_claims", "fail_claims", "heartbeat_claims", "retry_claims"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", BATCH_CLAIM_QUERIES)
+def test_r2_explain_batch_claim_statements_find_jobs_by_primary_key(
+    loaded: Loaded, explain_conn: psycopg.Connection[Any], name: str, mode: str
+):
+    query = _sql.queries(loaded.schema)[name]
+    for variant, params in params_for(name, loaded):
+        plan = explain(explain_conn, query, params, mode)
+        reads = [
+            node
+            for top in plan
+            for node in plan_nodes(top["Plan"])
+            if node.get("Relation Name") == "jobs" and node["Node Type"] != "ModifyTable"
+        ]
+        assert reads, f"{name} [{variant}, {mode} plan] reads no jobs row"
+        lookups = {(node["Node Type"], node.get("Index Name")) for node in reads}
+        assert lookups == {("Index Scan", "jobs_pkey")}, (
+            f"{name} [{variant}, {mode} plan, {loaded.rows} rows] reads jobs through "
+            f"{sorted(lookups, key=str)}, expected primary-key lookups only:\n"
+            f"{json.dumps(plan, indent=1)}"
+        )
 
 
 def test_explain_the_seq_scan_detector_sees_a_seq_scan(

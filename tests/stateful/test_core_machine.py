@@ -214,6 +214,35 @@ class CoreAgainstModel(RuleBasedStateMachine):
         got = self.table.fail(job.queue, job.id, job.attempts, error, self.now)
         assert got == self.model.fail(job.queue, job.id, job.attempts, error, now=self.now)
 
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def retry_claims(self, data):
+        # Claims may repeat (the facade forbids it, the engines define it: D20).
+        claims = data.draw(st.lists(st.sampled_from(self.claims), max_size=4), label="claims")
+        items = [
+            (job, data.draw(errors), data.draw(st.sampled_from([None, 0.0, 3.0, 0.5])))
+            for job in claims
+        ]
+        resolved = []
+        for job, error, delay_s in items:
+            delay = delay_s
+            if delay is None and job.attempts < job.max_attempts:
+                delay = float(backoff_delay_s(job.backoff_base_s, job.attempts, self.table_rng))
+            resolved.append((job.id, job.attempts, error, delay))
+        queue = claims[0].queue if claims else "alpha"
+        got = self.table.retry_claims(queue, resolved, self.now)
+        wanted = [(job.id, job.attempts, error, delay_s) for job, error, delay_s in items]
+        assert got == self.model.retry_claims(queue, wanted, now=self.now)
+
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def fail_claims(self, data):
+        claims = data.draw(st.lists(st.sampled_from(self.claims), max_size=4), label="claims")
+        items = [(job.id, job.attempts, data.draw(errors)) for job in claims]
+        queue = claims[0].queue if claims else "alpha"
+        got = self.table.fail_claims(queue, items, self.now)
+        assert got == self.model.fail_claims(queue, items, now=self.now)
+
     # -- Q6, Q7, Q9 ----------------------------------------------------------------------
 
     def _ids(self):

@@ -514,6 +514,100 @@ def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
     assert table.heartbeat_claims("q", [], None, at(12)) == []
 
 
+def test_r2_retry_claims_retries_only_valid_claims_with_their_token():
+    table = JobTable()
+    again = add(table, visibility_timeout_s=100)
+    spent = add(table, visibility_timeout_s=100, max_attempts=1)
+    spent_default = add(table, visibility_timeout_s=100, max_attempts=1)
+    stale_token = add(table, visibility_timeout_s=5)
+    lapsed = add(table, visibility_timeout_s=5)
+    other_queue = add(table, queue="other", visibility_timeout_s=100)
+    tokens = {job.id: job.attempts for job in table.claim("q", "w1", 5, T0)}
+    (o,) = table.claim("other", "w1", 1, T0)
+    (reclaimed,) = table.claim("q", "w2", 1, at(6))
+    assert reclaimed.id == stale_token  # attempts now 2
+    before = {job_id: table.get("q", job_id) for job_id in (stale_token, lapsed)}
+    items = [
+        (lapsed, tokens[lapsed], "late", 0.0),
+        (again, tokens[again], "boom", 7.0),
+        (stale_token, tokens[stale_token], None, 0.0),
+        (spent, tokens[spent], "last", 3.0),
+        (other_queue, o.attempts, None, 0.0),
+        (spent_default, tokens[spent_default], None, None),
+        (10**12, 1, None, 0.0),
+    ]
+    assert table.retry_claims("q", items, at(6)) == [False, True, False, True, False, True, False]
+    row = table.get("q", again)
+    assert row is not None
+    assert (row.state, row.run_at, row.last_error, row.attempts) == ("pending", at(13), "boom", 1)
+    assert (row.claimed_by, row.claimed_at, row.claim_expires_at) == (None, None, None)
+    for job_id, last_error in ((spent, "last"), (spent_default, MAX_ATTEMPTS_EXCEEDED)):
+        dead = table.get("q", job_id)
+        assert dead is not None
+        assert (dead.state, dead.last_error, dead.died_at) == ("dead", last_error, at(6))
+        assert (dead.claimed_by, dead.claimed_at) == ("w1", T0)
+    for job_id, before_row in before.items():
+        assert table.get("q", job_id) == before_row
+    assert table.get("other", other_queue).state == "processing"  # type: ignore[union-attr]
+    # Due at 13 s, after the lapsed claims that were ready before it.
+    assert ids(table.claim("q", "w3", 10, at(13) - ONE_US)) == [stale_token, lapsed]
+    assert ids(table.claim("q", "w3", 10, at(13))) == [again]
+    assert table.retry_claims("q", [], at(13)) == []
+
+
+def test_r2_fail_claims_dead_letters_only_valid_claims_with_their_token():
+    table = JobTable()
+    named = add(table, visibility_timeout_s=100, max_attempts=10)
+    unnamed = add(table, visibility_timeout_s=100, max_attempts=10)
+    stale_token = add(table, visibility_timeout_s=5)
+    lapsed = add(table, visibility_timeout_s=5)
+    tokens = {job.id: job.attempts for job in table.claim("q", "w1", 4, T0)}
+    (reclaimed,) = table.claim("q", "w2", 1, at(6))
+    assert reclaimed.id == stale_token
+    before = {job_id: table.get("q", job_id) for job_id in (stale_token, lapsed)}
+    items = [
+        (lapsed, tokens[lapsed], "x"),
+        (named, tokens[named], "bad input"),
+        (stale_token, tokens[stale_token], "x"),
+        (unnamed, tokens[unnamed], None),
+    ]
+    assert table.fail_claims("q", items, at(6)) == [False, True, False, True]
+    for job_id, last_error in ((named, "bad input"), (unnamed, FAILED)):
+        dead = table.get("q", job_id)
+        assert dead is not None
+        assert (dead.state, dead.last_error, dead.died_at, dead.attempts) == (
+            "dead",
+            last_error,
+            at(6),
+            1,
+        )
+    for job_id, before_row in before.items():
+        assert table.get("q", job_id) == before_row
+    assert table.fail_claims("q", [], at(6)) == []
+
+
+def test_r2_retry_and_fail_claims_apply_a_job_listed_twice_once_by_its_first_valid_item():
+    """D20: items are taken in order, each under V; once a job's claim is finished by one
+    item, every later item of that job is refused. An earlier item with a wrong token
+    does not block a later valid one."""
+    table = JobTable()
+    retried = add(table, visibility_timeout_s=100)
+    failed = add(table, visibility_timeout_s=100)
+    tokens = {job.id: job.attempts for job in table.claim("q", "w", 2, T0)}
+    items = [
+        (retried, tokens[retried] + 1, "wrong token", 0.0),
+        (retried, tokens[retried], "first", 3.0),
+        (retried, tokens[retried], "second", 0.0),
+    ]
+    assert table.retry_claims("q", items, at(1)) == [False, True, False]
+    row = table.get("q", retried)
+    assert row is not None
+    assert (row.state, row.last_error, row.run_at) == ("pending", "first", at(4))
+    fails = [(failed, tokens[failed], "first"), (failed, tokens[failed], "second")]
+    assert table.fail_claims("q", fails, at(1)) == [True, False]
+    assert table.get("q", failed).last_error == "first"  # type: ignore[union-attr]
+
+
 # -- Q7 cancel -----------------------------------------------------------------------------
 
 
@@ -842,6 +936,22 @@ def test_q3_a_claim_that_raises_leaves_the_row_claimable(monkeypatch):
     monkeypatch.setattr(_transitions, "claimed", real)
     assert table.get("q", job_id).state == "pending"  # type: ignore[union-attr]
     assert ids(table.claim("q", "w", 1, T0)) == [job_id]
+
+
+def test_r2_retry_claims_that_raises_changes_nothing():
+    """A batch is one transition: when one item's transition raises (below budget without
+    a resolved delay, which the facade never sends), no item has taken effect."""
+    table = JobTable()
+    first = add(table, visibility_timeout_s=100)
+    second = add(table, visibility_timeout_s=100)
+    tokens = {job.id: job.attempts for job in table.claim("q", "w", 2, T0)}
+    before = list(table.jobs())
+    items = [(first, tokens[first], "ok", 0.0), (second, tokens[second], None, None)]
+    with pytest.raises(ValueError, match="resolved delay"):
+        table.retry_claims("q", items, at(1))
+    assert list(table.jobs()) == before
+    assert table.retry_claims("q", items[:1], at(1)) == [True]
+    assert ids(table.claim("q", "w", 10, at(1))) == [first]
 
 
 # -- performance: O(log n) claims, not scans -----------------------------------------------

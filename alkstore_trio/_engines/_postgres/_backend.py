@@ -202,6 +202,25 @@ class PostgresBackend:
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         return [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
 
+    async def retry_claims(
+        self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
+    ) -> list[bool]:
+        params = {
+            **_claim_params(queue, [(job_id, token) for job_id, token, _, _ in items]),
+            "errors": [error for _, _, error, _ in items],
+            "delays": [None if delay is None else float(delay) for _, _, _, delay in items],
+        }
+        return _applied(len(items), await self._run("retry_claims", params))
+
+    async def fail_claims(
+        self, queue: str, items: Sequence[tuple[int, int, str | None]]
+    ) -> list[bool]:
+        params = {
+            **_claim_params(queue, [(job_id, token) for job_id, token, _ in items]),
+            "errors": [FAILED if error is None else error for _, _, error in items],
+        }
+        return _applied(len(items), await self._run("fail_claims", params))
+
     async def cancel(self, queue: str, job_id: int) -> bool:
         return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
 
@@ -342,6 +361,13 @@ def _claim_params(queue: str, claims: Sequence[tuple[int, int]]) -> dict[str, ob
         "ids": [job_id for job_id, _ in claims],
         "tokens": [token for _, token in claims],
     }
+
+
+def _applied(count: int, rows: Sequence[tuple[Any, ...]]) -> list[bool]:
+    """One bool per item of a batch statement that returns the ordinals (1-based
+    positions) of the items it applied."""
+    applied = {row[0] for row in rows}
+    return [ordinal in applied for ordinal in range(1, count + 1)]
 
 
 def _groups(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:

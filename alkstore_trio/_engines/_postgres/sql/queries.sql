@@ -242,6 +242,100 @@ WHERE queue = %(queue)s::text
     AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING id;
 
+-- name: retry_claims
+-- R2 (D20): retry each listed (id, claim token, error, delay_s) item of this queue whose
+-- claim is valid (Q4's V), as retry does, in one statement: at budget a dead-letter move
+-- with error (default 'max attempts exceeded'), else back to pending after delay_s.
+-- The items drive primary-key lookups; the valid rows are locked (in id order, so two
+-- batches never wait on each other in a cycle) and V checked once, in the first CTE.
+-- A job listed twice is retried once, by its first valid item. Returns the ordinals
+-- (1-based positions) of the items applied.
+WITH valid AS MATERIALIZED (
+    SELECT j.id, c.ord, c.error, c.delay_s, j.attempts >= j.max_attempts AS spent
+    FROM unnest(
+        %(ids)s::bigint[], %(tokens)s::integer[], %(errors)s::text[], %(delays)s::float8[]
+    ) WITH ORDINALITY AS c (id, token, error, delay_s, ord)
+    JOIN @schema@.jobs AS j ON j.id = c.id
+    WHERE j.queue = %(queue)s::text
+        AND (j.state = 'processing' AND j.attempts = c.token
+            AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+target AS MATERIALIZED (
+    SELECT DISTINCT ON (id) id, ord, error, delay_s, spent FROM valid ORDER BY id, ord
+),
+moved AS (
+    DELETE FROM @schema@.jobs AS j USING target AS t WHERE j.id = t.id AND t.spent
+    RETURNING j.*, t.ord, t.error
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, coalesce(error, 'max attempts exceeded'), @schema@.alk_now()
+    FROM moved
+    RETURNING id
+),
+requeued AS (
+    UPDATE @schema@.jobs AS j SET
+        state = 'pending',
+        run_at = @schema@.alk_now() + coalesce(t.delay_s, 0) * interval '1 second',
+        last_error = t.error,
+        claimed_by = NULL,
+        claimed_at = NULL,
+        claim_expires_at = NULL
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.spent
+    RETURNING t.ord
+)
+SELECT moved.ord FROM moved JOIN buried USING (id)
+UNION ALL
+SELECT ord FROM requeued;
+
+-- name: fail_claims
+-- R2 (D20): fail each listed (id, claim token, error) item of this queue whose claim is
+-- valid (Q4's V), as bury does, in one statement: a dead-letter move with error. Locking,
+-- primary-key lookups and a job listed twice as in retry_claims. Returns the ordinals of
+-- the items applied.
+WITH valid AS MATERIALIZED (
+    SELECT j.id, c.ord, c.error
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(errors)s::text[])
+        WITH ORDINALITY AS c (id, token, error, ord)
+    JOIN @schema@.jobs AS j ON j.id = c.id
+    WHERE j.queue = %(queue)s::text
+        AND (j.state = 'processing' AND j.attempts = c.token
+            AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+target AS MATERIALIZED (
+    SELECT DISTINCT ON (id) id, ord, error FROM valid ORDER BY id, ord
+),
+moved AS (
+    DELETE FROM @schema@.jobs AS j USING target AS t WHERE j.id = t.id
+    RETURNING j.*, t.ord, t.error
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, error, @schema@.alk_now()
+    FROM moved
+    RETURNING id
+)
+SELECT moved.ord FROM moved JOIN buried USING (id);
+
 -- name: cancel
 -- Q7: delete this queue's live row, whatever its state.
 DELETE FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text RETURNING id;
