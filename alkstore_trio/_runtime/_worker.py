@@ -239,10 +239,8 @@ _TimerRequest: TypeAlias = "tuple[float, _HeartbeatsDue | None]"
 
 
 def _coalesced(message: _Message) -> TypeGuard[_Outcome | _HeartbeatRequest]:
-    """R2: the messages the dispatcher batches per queue: acks and heartbeats."""
-    return isinstance(message, _HeartbeatRequest) or (
-        isinstance(message, _Outcome) and message.kind == "ack"
-    )
+    """R2: the messages the dispatcher batches per queue: outcomes and heartbeats."""
+    return isinstance(message, _Outcome | _HeartbeatRequest)
 
 
 @dataclass(eq=False, slots=True)
@@ -648,8 +646,6 @@ class Worker:
         elif isinstance(message, _Tick):
             self._dirty = {q.name for q in self._queues}
             await self._apply_pending()
-        elif isinstance(message, _Outcome):
-            await self._apply(message)
         elif isinstance(message, _HeartbeatsDue):
             await self._start_heartbeats(message.slots)
         # _Stop: the loops check self._stop_requested
@@ -748,30 +744,15 @@ class Worker:
             )
         slot.scope.cancel()
 
-    async def _apply(self, outcome: _Outcome) -> None:
-        """Apply a job actor's outcome with one handle call (R2)."""
-        slot = outcome.slot
-        slot.reported = True
-        if slot.lost:
-            self._slots.discard(slot)
-            await trio.lowlevel.checkpoint()
-            return
-        if outcome.kind == "cancelled":
-            # Only the dispatcher cancels a job actor: the lease was lost (handled above)
-            # or the worker is stopping and the grace period ran out.
-            outcome = _Outcome(slot, "release", WORKER_STOPPED, 0.0)
-        slot.pending = outcome
-        await self._apply_one(slot)
-
     async def _apply_coalesced(
         self, first: _Outcome | _HeartbeatRequest, inbox: trio.MemoryReceiveChannel[_Message]
     ) -> None:
         """R2 coalescing: take every message already waiting in the inbox; apply all the
-        ack outcomes among them with one ``ack_handles`` statement per queue, then renew
-        all the due heartbeats among them with one ``heartbeat_handles`` statement per
-        queue (each still fenced by its claim token), then handle the other messages in
-        order. With an empty inbox this is a lone ack or heartbeat, applied at once
-        (latency first)."""
+        outcomes among them with one statement per queue and kind (``ack_handles``,
+        ``retry_handles``, ``fail_handles``), then renew all the due heartbeats among
+        them with one ``heartbeat_handles`` statement per queue (each still fenced by its
+        claim token), then handle the other messages in order. With an empty inbox this
+        is a lone outcome or heartbeat, applied at once (latency first)."""
         taken: list[_Outcome | _HeartbeatRequest] = [first]
         others: list[_Message] = []
         while True:
@@ -785,7 +766,7 @@ class Worker:
                 others.append(message)
         requests = [m for m in taken if isinstance(m, _HeartbeatRequest)]
         try:
-            await self._apply_acks([m for m in taken if isinstance(m, _Outcome)])
+            await self._apply_outcomes([m for m in taken if isinstance(m, _Outcome)])
             await self._renew([request.slot for request in requests])
         finally:
             for request in requests:
@@ -793,21 +774,61 @@ class Worker:
         for message in others:
             await self._handle(message, inbox)
 
-    async def _apply_acks(self, acks: list[_Outcome]) -> None:
-        """Apply these ack outcomes with one ``ack_handles`` statement per queue."""
-        groups: dict[str, list[_Slot]] = {}
-        for outcome in acks:
+    async def _apply_outcomes(self, outcomes: list[_Outcome]) -> None:
+        """Apply these job actors' outcomes, one statement per queue and kind. The
+        outcome of a claim found lost is discarded; a ``"cancelled"`` one (the grace ran
+        out) becomes a release."""
+        for outcome in outcomes:
             slot = outcome.slot
             slot.reported = True
             if slot.lost:
                 self._slots.discard(slot)
                 continue
+            if outcome.kind == "cancelled":
+                # Only the dispatcher cancels a job actor: the lease was lost (handled
+                # above) or the worker is stopping and the grace period ran out.
+                outcome = _Outcome(slot, "release", WORKER_STOPPED, 0.0)
             slot.pending = outcome
-            groups.setdefault(slot.handle.job.queue, []).append(slot)
+        await self._apply_groups([outcome.slot for outcome in outcomes])
+
+    async def _apply_pending(self) -> None:
+        """Apply again the outcomes whose application failed (R8)."""
+        await self._apply_groups(list(self._slots))
+
+    async def _apply_groups(self, slots: list[_Slot]) -> None:
+        """Apply the pending outcomes of these slots, one statement per queue and kind
+        (a release is a retry). On an engine error they stay pending, to be applied again
+        on the next tick (R8)."""
+        groups: dict[tuple[str, str], list[_Slot]] = {}
+        for slot in slots:
+            if slot.pending is not None and slot in self._slots:
+                kind = "retry" if slot.pending.kind == "release" else slot.pending.kind
+                groups.setdefault((slot.handle.job.queue, kind), []).append(slot)
         if not groups:
             await trio.lowlevel.checkpoint()
-        for name, slots in groups.items():
-            await self._ack_group(name, slots)
+        for (queue_name, kind), group in groups.items():
+            queue = self._queue_by_name[queue_name]
+            try:
+                if kind == "ack":
+                    results = await queue.ack_handles([slot.handle for slot in group])
+                elif kind == "fail":
+                    results = await queue.fail_handles(
+                        [(slot.handle, _pending(slot).error) for slot in group]
+                    )
+                else:
+                    results = await queue.retry_handles(
+                        [
+                            (slot.handle, _pending(slot).error, _pending(slot).delay_s)
+                            for slot in group
+                        ]
+                    )
+            except EngineError as exc:
+                for slot in group:
+                    self._engine_error(kind, slot.handle.job, exc)
+                continue
+            for slot, done in zip(group, results, strict=True):
+                job = slot.handle.job
+                self._settle(slot, _pending(slot), done, at_budget=job.attempts >= job.max_attempts)
 
     async def _renew(self, slots: Iterable[_Slot]) -> None:
         """Renew these claims with one ``heartbeat_handles`` statement per queue. Claims
@@ -823,54 +844,6 @@ class Worker:
             await trio.lowlevel.checkpoint()
         for name, slots in groups.items():
             await self._heartbeat_group(name, slots)
-
-    async def _ack_group(self, queue_name: str, slots: list[_Slot]) -> None:
-        """Ack the pending outcomes of one queue's slots in one statement. On an engine
-        error they stay pending, to be applied again on the next tick (R8)."""
-        queue = self._queue_by_name[queue_name]
-        try:
-            results = await queue.ack_handles([slot.handle for slot in slots])
-        except EngineError as exc:
-            for slot in slots:
-                self._engine_error("ack", slot.handle.job, exc)
-            return
-        for slot, done in zip(slots, results, strict=True):
-            outcome = slot.pending
-            assert outcome is not None
-            job = slot.handle.job
-            self._settle(slot, outcome, done, at_budget=job.attempts >= job.max_attempts)
-
-    async def _apply_pending(self) -> None:
-        """Apply again the outcomes whose application failed (acks batched per queue)."""
-        acks: dict[str, list[_Slot]] = {}
-        for slot in [s for s in self._slots if s.pending is not None]:
-            assert slot.pending is not None
-            if slot.pending.kind == "ack":
-                acks.setdefault(slot.handle.job.queue, []).append(slot)
-            else:
-                await self._apply_one(slot)
-        for name, slots in acks.items():
-            await self._ack_group(name, slots)
-
-    async def _apply_one(self, slot: _Slot) -> bool:
-        """Apply the slot's pending outcome; ``False`` if it must be tried again later."""
-        outcome = slot.pending
-        assert outcome is not None
-        handle = slot.handle
-        job = handle.job
-        at_budget = job.attempts >= job.max_attempts
-        try:
-            if outcome.kind == "ack":
-                done = await handle.ack()
-            elif outcome.kind == "fail":
-                done = await handle.fail(outcome.error)
-            else:
-                done = await handle.retry(outcome.error, outcome.delay_s)
-        except EngineError as exc:
-            self._engine_error(outcome.kind, job, exc)
-            return False
-        self._settle(slot, outcome, done, at_budget=at_budget)
-        return True
 
     def _settle(self, slot: _Slot, outcome: _Outcome, done: bool, *, at_budget: bool) -> None:
         """Account for an applied outcome: ``done`` is the engine's answer."""
@@ -1129,6 +1102,12 @@ def _fields(
         "attempt": attempt,
         "worker_id": worker_id,
     }
+
+
+def _pending(slot: _Slot) -> _Outcome:
+    """The slot's outcome waiting to be applied."""
+    assert slot.pending is not None
+    return slot.pending
 
 
 def _error_text(text: object) -> str | None:

@@ -348,6 +348,69 @@ async def test_r2_a_lone_ack_is_flushed_at_once(autojump_clock, store, monkeypat
     assert calls == [[(job_id, 1)]]
 
 
+def count_backend_calls(store, monkeypatch, *operations):
+    """Record the number of items of every call the store's backend receives, per
+    operation (``ack_claims``, ``retry_claims``, ``fail_claims``, ...)."""
+    backend = store._backend
+    calls: dict[str, list[int]] = {operation: [] for operation in operations}
+    for operation in operations:
+        real = getattr(backend, operation)
+
+        async def counting(queue, items, *args, _real=real, _operation=operation):
+            items = list(items)
+            calls[_operation].append(len(items))
+            return await _real(queue, items, *args)
+
+        monkeypatch.setattr(backend, operation, counting)
+    return calls
+
+
+async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_statement_per_kind(
+    autojump_clock, store, monkeypatch
+):
+    calls = count_backend_calls(store, monkeypatch, "ack_claims", "retry_claims", "fail_claims")
+    queue = store.queue("q", QueueOpts(max_attempts=2))
+    payloads = [b"ack", b"retry", b"fail", b"boom"] * 25
+    await queue.enqueue_many(payloads)
+
+    async def action(job):
+        await trio.sleep(1)  # every handler of a wave finishes at the same instant
+        if job.payload == b"retry":
+            raise Retry(delay_s=1000, error="later")
+        if job.payload == b"fail":
+            raise Fail("no")
+        if job.payload == b"boom":
+            raise ValueError("boom")
+
+    worker = Worker(store, {queue: Recorder(action)}, concurrency=100, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().finished == 100)
+        await wait_until(lambda: worker.statistics().in_flight == 0)
+    stats = worker.statistics()
+    assert (stats.acked, stats.retried, stats.dead_lettered) == (25, 50, 25)
+    # One wave of 100 outcomes: one statement per kind (the retries of "retry" and "boom"
+    # share one), not one per job.
+    assert calls == {"ack_claims": [25], "retry_claims": [50], "fail_claims": [25]}
+    jobs = [await queue.get_job(i) for i in range(1, 101)]
+    states = Counter((job.state, job.last_error) for job in jobs if job is not None)
+    assert states == {
+        ("pending", "later"): 25,
+        ("pending", "ValueError: boom"): 25,
+        ("dead", "no"): 25,
+    }
+
+
+async def test_r7_released_jobs_are_flushed_as_one_statement(autojump_clock, store, monkeypatch):
+    calls = count_backend_calls(store, monkeypatch, "retry_claims")
+    queue = store.queue("q")
+    await queue.enqueue_many([b"x"] * 30)
+    worker = Worker(store, {queue: Recorder(forever)}, concurrency=30, shutdown_grace_s=1)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().started == 30)
+    assert worker.statistics().released == 30
+    assert calls == {"retry_claims": [30]}
+
+
 def count_heartbeat_claims(store, monkeypatch):
     """Record the claims of every ``heartbeat_claims`` call the store's backend receives."""
     backend = store._backend
