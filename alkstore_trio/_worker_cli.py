@@ -1,0 +1,469 @@
+"""The ``alkstore-trio worker`` command, minus its argument parser (rule R7).
+
+:mod:`alkstore_trio._cli` parses the command line and calls :func:`serve_worker`; this
+module loads the handlers named on it, runs a :class:`~alkstore_trio.Worker` until a
+signal stops it, and reports progress.
+
+Why the signals escalate the way they do. A deployer's ``systemctl stop`` or a user's
+Ctrl-C first asks for a graceful stop: no new claims, running handlers get
+``shutdown_grace_s`` to finish, the rest are cancelled and their jobs released, so
+nothing waits for a lease to lapse. A user who cannot wait sends a second signal: the
+running handlers are cancelled now and their jobs still released (the worker's
+``stop(grace_s=0)``). Releasing needs the database; if it hangs (the database went away,
+or a handler blocks the thread without checkpoints), a third signal ends the process at
+once with ``os._exit``: raising ``KeyboardInterrupt`` would not do, because the worker
+shields its finalization from cancellation for up to ``shutdown_grace_s + 30`` seconds.
+The jobs it held are then reclaimed by other workers when their leases lapse.
+
+All output goes to stderr (stdout stays empty): one line when the worker is ready, one
+per signal, a status line every ``status_interval_s``, and a summary at exit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+import signal
+import sys
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
+
+import trio
+
+from ._core import _validate as v
+from ._errors import InvalidArgument
+from ._runtime import Worker, WorkerStatistics
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+    from contextlib import AbstractAsyncContextManager
+
+    from ._runtime import Handler
+    from ._store import Queue, Store
+
+#: The shape of a ``--queue`` value, for messages.
+QUEUE_SPEC_SHAPE: Final = "NAME=MODULE:FUNCTION, e.g. emails=myapp.tasks:send_email"
+#: The signals that stop the worker (first: gracefully; second: now; third: exit).
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+#: Exit status after a stop that cancelled running handlers or skipped the release.
+EXIT_FORCED: Final = 130
+#: The prefix of every line the command prints.
+PREFIX: Final = "alkstore-trio worker:"
+
+
+class QueueSpecError(ValueError):
+    """Raised by :func:`parse_queue_spec` and :func:`load_handlers` when a ``--queue``
+    value cannot name a handler (bad syntax, no such module or attribute, not an async
+    callable, a queue named twice): a usage error, exit status 2. The message names the
+    value and the fix."""
+
+
+class HandlerImportFailed(Exception):
+    """Raised by :func:`load_handlers` when the module named by a ``--queue`` exists but
+    importing it raised: the command line is right, the module's code failed (exit
+    status 1). Unlike :class:`QueueSpecError` the fix is in that module."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """One parsed ``--queue NAME=MODULE:ATTR`` value."""
+
+    queue: str
+    module: str
+    attr: str
+
+    def __str__(self) -> str:
+        return f"{self.queue}={self.module}:{self.attr}"
+
+
+# --- handler specs -------------------------------------------------------------------
+
+
+def _dotted(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def parse_queue_spec(text: str) -> QueueSpec:
+    """Parse ``NAME=MODULE:ATTR`` (``ATTR`` may be dotted: ``Class.method``); imports
+    nothing.
+
+    Raises:
+        QueueSpecError: The syntax is wrong or NAME is not a valid queue name.
+    """
+    name, equals, target = text.partition("=")
+    module, colon, attr = target.partition(":")
+    if not equals or not colon or not name:
+        raise QueueSpecError(f"{text!r} is not {QUEUE_SPEC_SHAPE}")
+    try:
+        v.check_queue_name(name)
+    except InvalidArgument as exc:
+        raise QueueSpecError(f"{text!r}: {exc}") from None
+    if module.endswith(".py"):
+        raise QueueSpecError(
+            f"{text!r}: {module!r} looks like a file name; name the module instead: "
+            f"{name}={module.removesuffix('.py').replace('/', '.')}:{attr or 'FUNCTION'}"
+        )
+    if not _dotted(module):
+        raise QueueSpecError(
+            f"{text!r}: {module!r} is not an importable module name (dotted Python "
+            f"identifiers, no file path or .py); expected {QUEUE_SPEC_SHAPE}"
+        )
+    if not _dotted(attr):
+        raise QueueSpecError(
+            f"{text!r}: {attr!r} is not an attribute name (dotted Python identifiers, "
+            f"e.g. send_email or Mailer.send); expected {QUEUE_SPEC_SHAPE}"
+        )
+    return QueueSpec(name, module, attr)
+
+
+def make_cwd_importable() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does, so that
+    ``--queue emails=tasks:send`` finds ``./tasks.py`` under the ``alkstore-trio``
+    console script too (whose ``sys.path[0]`` is the script's own directory). Not done
+    when Python runs with ``-P`` / ``PYTHONSAFEPATH``: then only ``PYTHONPATH`` and the
+    installed packages are searched, as the user asked."""
+    if sys.flags.safe_path:
+        return
+    cwd = os.getcwd()
+    if any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
+        return
+    sys.path.insert(0, cwd)
+
+
+def _is_async_callable(obj: object) -> bool:
+    if inspect.iscoroutinefunction(obj):
+        return True
+    # An instance of a class with ``async def __call__``.
+    call = getattr(type(obj), "__call__", None)  # noqa: B004 - the method, not callable()
+    return not inspect.isclass(obj) and inspect.iscoroutinefunction(call)
+
+
+def _import(spec: QueueSpec) -> Any:
+    try:
+        return importlib.import_module(spec.module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if spec.module == missing or spec.module.startswith(missing + "."):
+            raise QueueSpecError(
+                f"--queue {str(spec)!r}: no module named {missing!r} (searched the current "
+                "directory, PYTHONPATH and the installed packages); run the command from "
+                "the directory that holds it, or add that directory to PYTHONPATH"
+            ) from None
+        raise HandlerImportFailed(
+            f"--queue {str(spec)!r}: importing {spec.module!r} failed: {exc}; install "
+            f"the package it needs (or run python -c 'import {spec.module}' to see the "
+            "traceback)"
+        ) from exc
+    except Exception as exc:
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise HandlerImportFailed(
+            f"--queue {str(spec)!r}: importing {spec.module!r} failed: {reason}; fix the "
+            f"module (run python -c 'import {spec.module}' to see the traceback)"
+        ) from exc
+
+
+def load_handler(spec: QueueSpec) -> Handler:
+    """Import ``spec.module`` and return the async callable at ``spec.attr``.
+
+    Raises:
+        QueueSpecError: No such module or attribute, or it is not an async callable.
+        HandlerImportFailed: Importing the module raised.
+    """
+    obj = _import(spec)
+    path = spec.module
+    for part in spec.attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f"did you mean {', '.join(map(repr, close))}?" if close else "check the name"
+            raise QueueSpecError(
+                f"--queue {str(spec)!r}: {path!r} has no attribute {part!r}; {hint}"
+            ) from None
+        path = f"{path}.{part}" if path != spec.module else f"{path}:{part}"
+    if not _is_async_callable(obj):
+        raise QueueSpecError(
+            f"--queue {str(spec)!r}: {path} is {_kind(obj)}, not an async function; a "
+            "handler is 'async def handler(job) -> None'"
+        )
+    handler: Handler = obj
+    return handler
+
+
+def _kind(obj: object) -> str:
+    if inspect.isclass(obj):
+        return f"a class ({obj.__name__})"
+    if callable(obj):
+        return "a plain (sync) function" if inspect.isfunction(obj) else "a sync callable"
+    return f"an object of type {type(obj).__name__}"
+
+
+def load_handlers(specs: Iterable[QueueSpec]) -> dict[str, Handler]:
+    """The handlers named by ``--queue`` values, by queue name. A queue named twice is
+    reported before anything is imported.
+
+    Raises:
+        QueueSpecError: A queue is named twice, or a spec cannot be loaded.
+        HandlerImportFailed: Importing a module raised.
+    """
+    specs = list(specs)
+    if not specs:
+        raise QueueSpecError(f"name at least one queue: --queue {QUEUE_SPEC_SHAPE}")
+    seen: dict[str, QueueSpec] = {}
+    for spec in specs:
+        if spec.queue in seen:
+            raise QueueSpecError(
+                f"queue {spec.queue!r} is named twice (--queue {str(seen[spec.queue])!r} and "
+                f"--queue {str(spec)!r}); give each queue one handler"
+            )
+        seen[spec.queue] = spec
+    return {spec.queue: load_handler(spec) for spec in specs}
+
+
+# --- status lines --------------------------------------------------------------------
+
+
+def settled(stats: WorkerStatistics) -> int:
+    """Jobs whose handler ran and whose outcome was applied: acked, retried or
+    dead-lettered (jobs released by a stop are not counted)."""
+    return stats.acked + stats.retried + stats.dead_lettered
+
+
+def format_status(stats: WorkerStatistics, previous: WorkerStatistics, interval_s: float) -> str:
+    """The periodic status line: counters since start, and the rate over the interval."""
+    rate = (settled(stats) - settled(previous)) / interval_s if interval_s > 0 else 0.0
+    return (
+        f"{PREFIX} claimed {stats.claimed}, acked {stats.acked}, retried {stats.retried}, "
+        f"dead {stats.dead_lettered}, in flight {stats.in_flight}; "
+        f"{rate:.1f} jobs/s over the last {interval_s:.3g}s"
+    )
+
+
+def format_summary(stats: WorkerStatistics, wall_time_s: float) -> str:
+    """The summary printed when the worker stops."""
+    rate = settled(stats) / wall_time_s if wall_time_s > 0 else 0.0
+    rows = [
+        ("claimed", str(stats.claimed)),
+        ("acked", str(stats.acked)),
+        ("retried", str(stats.retried)),
+        ("dead-lettered", str(stats.dead_lettered)),
+        ("released", str(stats.released)),
+        ("lease lost", str(stats.lease_lost)),
+        ("handler errors", str(stats.handler_errors)),
+        ("timed out", str(stats.timed_out)),
+        ("wall time", f"{wall_time_s:.2f} s"),
+        ("mean jobs/s", f"{rate:.1f}"),
+        ("mean claim-to-start", f"{stats.claim_to_start_mean_s * 1000:.2f} ms"),
+        ("mean run time", f"{stats.run_time_mean_s * 1000:.2f} ms"),
+    ]
+    width = max(len(key) for key, _ in rows) + 2
+    lines = [f"{PREFIX} stopped worker {stats.worker_id}"]
+    lines += [f"  {key + ':':<{width}}{value}" for key, value in rows]
+    return "\n".join(lines)
+
+
+# --- signals -------------------------------------------------------------------------
+
+
+def exit_now() -> NoReturn:
+    """End the process at once with status 130, skipping every cleanup (the third
+    signal). Flushes our own output first."""
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(EXIT_FORCED)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class _Stopper:
+    """What each stop signal does, in order (R7): see the module docstring."""
+
+    def __init__(self, *, out: TextIO, grace_s: float, force_exit: Callable[[], NoReturn]) -> None:
+        self.out = out
+        self.grace_s = grace_s
+        self.force_exit = force_exit
+        self.worker: Worker | None = None
+        #: Cancelled by a signal that arrives before the worker exists.
+        self.startup = trio.CancelScope()
+        self.received = 0
+
+    def say(self, message: str) -> None:
+        print(f"{PREFIX} {message}", file=self.out, flush=True)
+
+    def on_signal(self, signum: int) -> None:
+        self.received += 1
+        name = _signal_name(signum)
+        worker = self.worker
+        if worker is None:
+            if self.received == 1:
+                self.say(f"{name}: stopping before the worker started (nothing was claimed)")
+                self.startup.cancel()
+                return
+            self.say(f"{name} again: exiting now")
+            self.force_exit()
+        running = worker.statistics().in_flight
+        if self.received == 1:
+            self.say(
+                f"{name}: stopping: no new claims; {running} running handler(s) get up to "
+                f"{self.grace_s:g}s to finish, then are cancelled and their jobs released. "
+                "Press Ctrl-C (or send SIGTERM) again to cancel them now"
+            )
+            worker.stop()
+        elif self.received == 2:
+            self.say(
+                f"{name} again: cancelling {running} running handler(s) now and releasing "
+                "their jobs. A third signal exits at once (their leases then lapse)"
+            )
+            worker.stop(grace_s=0)
+        else:
+            self.say(
+                f"{name} a third time: exiting now; {running} claimed job(s) will be "
+                "reclaimed by other workers when their leases lapse"
+            )
+            self.force_exit()
+
+
+async def _watch_signals(signals: AsyncIterator[int], stopper: _Stopper) -> None:
+    async for signum in signals:
+        stopper.on_signal(signum)
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Started:
+    """The ``task_status`` given to :meth:`Worker.run`: prints the ready line and notes
+    the time. (The worker runs in the command's main task rather than under
+    ``nursery.start``, so its exception reaches the command unwrapped.)"""
+
+    stopper: _Stopper
+    line: str
+    event: trio.Event
+    at: float = 0.0
+
+    def started(self, value: None = None) -> None:
+        self.at = trio.current_time()
+        self.stopper.say(self.line)
+        self.event.set()
+
+
+async def _report_status(
+    worker: Worker, interval_s: float, out: TextIO, started: trio.Event
+) -> None:
+    await started.wait()
+    previous, since = worker.statistics(), trio.current_time()
+    while True:
+        await trio.sleep(interval_s)
+        stats, now = worker.statistics(), trio.current_time()
+        print(format_status(stats, previous, now - since), file=out, flush=True)
+        previous, since = stats, now
+
+
+async def serve_worker(
+    open_store: Callable[[], AbstractAsyncContextManager[Store]],
+    handlers: Mapping[str, Handler],
+    options: Mapping[str, Any],
+    *,
+    where: str,
+    status_interval_s: float,
+    signals: AsyncIterator[int] | None = None,
+    out: TextIO | None = None,
+    force_exit: Callable[[], NoReturn] = exit_now,
+) -> int:
+    """Open the store, run a :class:`Worker` on it until a stop signal (R7), and print
+    the summary.
+
+    Args:
+        open_store: Opens the store (called once, after the signal receiver is set up,
+            so a signal during a slow connect stops the command cleanly).
+        handlers: By queue name (from :func:`load_handlers`).
+        options: The keyword arguments of :class:`Worker`.
+        where: The store, for the ready line (never with a password).
+        status_interval_s: Seconds between status lines (0: none).
+        signals: Where stop signals come from (default: SIGINT and SIGTERM, received
+            with :func:`trio.open_signal_receiver`); tests pass a channel.
+        out: Where lines go (default ``sys.stderr``).
+        force_exit: What the third signal calls (default :func:`exit_now`).
+
+    Returns:
+        0 after a graceful stop (first signal), 130 after a forced one (second signal).
+
+    Raises:
+        AlkstoreError: Opening the store failed (``EngineError``, ``SchemaError``), an
+            option was invalid (``InvalidArgument``), or the worker failed
+            (``SupervisorEscalated``, after releasing its claims); raised unwrapped,
+            after the summary, for the caller to print as one line.
+    """
+    stopper = _Stopper(
+        out=sys.stderr if out is None else out,
+        grace_s=float(options.get("shutdown_grace_s", 30.0)),
+        force_exit=force_exit,
+    )
+    if signals is not None:
+        return await _serve(
+            stopper, signals, open_store, handlers, options, where, status_interval_s
+        )
+    with trio.open_signal_receiver(*STOP_SIGNALS) as received:
+        return await _serve(
+            stopper, received, open_store, handlers, options, where, status_interval_s
+        )
+
+
+async def _serve(
+    stopper: _Stopper,
+    signals: AsyncIterator[int],
+    open_store: Callable[[], AbstractAsyncContextManager[Store]],
+    handlers: Mapping[str, Handler],
+    options: Mapping[str, Any],
+    where: str,
+    status_interval_s: float,
+) -> int:
+    failure: Exception | None = None
+    summary: str | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_signals, signals, stopper)
+        try:
+            with stopper.startup:
+                async with open_store() as store:
+                    by_queue: dict[str | Queue, Handler] = dict(handlers.items())
+                    worker = Worker(store, by_queue, **options)
+                    stopper.worker = worker
+                    started = _Started(stopper, _ready_line(worker, where), trio.Event())
+                    if status_interval_s > 0:
+                        nursery.start_soon(
+                            _report_status, worker, status_interval_s, stopper.out, started.event
+                        )
+                    try:
+                        await worker.run(task_status=started)
+                    finally:
+                        if started.event.is_set():
+                            wall_s = trio.current_time() - started.at
+                            summary = format_summary(worker.statistics(), wall_s)
+        except Exception as exc:  # printed by the caller, after the summary
+            failure = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if summary is not None:
+        print(summary, file=stopper.out, flush=True)
+    if failure is not None:
+        raise failure
+    return EXIT_FORCED if stopper.received >= 2 else 0
+
+
+def _ready_line(worker: Worker, where: str) -> str:
+    queues = ", ".join(queue.name for queue in worker.queues)
+    return (
+        f"worker {worker.worker_id} serving {queues} on {where}; Ctrl-C or SIGTERM stops "
+        "it gracefully"
+    )

@@ -1,0 +1,60 @@
+"""Fixtures for the tests of the ``alkstore-trio worker`` command.
+
+``pg_dsn`` comes from ``tests/conftest.py``; ``make_schema`` and ``schema`` (a throwaway
+schema, dropped after the test) are those of ``tests/postgres/conftest.py``, loaded from
+its file (the test folders are not packages). ``start_worker`` runs the command in a
+subprocess, as a user would, with its stdout and stderr going to files (no pipe can
+fill up and block it) and kills whatever is still running when the test ends.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from _worker_process import ROOT, WorkerProcess, worker_env
+
+
+def _load_postgres_fixtures():
+    path = ROOT / "tests" / "postgres" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_alkstore_tests_postgres_conftest", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_postgres = _load_postgres_fixtures()
+make_schema = _postgres.make_schema
+schema = _postgres.schema
+
+
+@pytest.fixture
+async def start_worker(tmp_path):
+    """``await start_worker(*args, cwd=..., env=..., command=None)``: start
+    ``python -m alkstore_trio worker *args`` (or ``command + args``) and return a
+    :class:`WorkerProcess`; killed at the end of the test if still running."""
+    started: list[WorkerProcess] = []
+
+    async def start(*args: str, cwd: Path, env: dict[str, str] | None = None, command=None):
+        n = len(started)
+        out, err = tmp_path / f"worker{n}.out", tmp_path / f"worker{n}.err"
+        argv = [*(command or [sys.executable, "-m", "alkstore_trio", "worker"]), *args]
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            process = await trio.lowlevel.open_process(
+                argv, cwd=cwd, env=env or worker_env(), stdout=stdout, stderr=stderr
+            )
+        worker = WorkerProcess(process, out, err)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.process.returncode is None:
+            worker.process.kill()
+            with trio.CancelScope(shield=True):
+                await worker.process.wait()
