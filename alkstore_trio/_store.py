@@ -351,6 +351,59 @@ class Queue:
         deleted = set(await _consume_all(checked, self._backend.ack_claims(self._name, claims)))
         return [handle.id in deleted for handle in checked]
 
+    async def ack_handles_and_claim(
+        self, handles: Iterable[JobHandle], worker_id: str, n: int
+    ) -> tuple[list[bool], list[JobHandle]]:
+        """Ack many claimed jobs of this queue, then claim up to ``n`` more, in one atomic
+        step (R2; see D21): on PostgreSQL one statement, so a worker's finished jobs and
+        its next ones cost one round trip.
+
+        Exactly :meth:`ack_handles` followed by :meth:`claim_batch` with no other
+        operation between them: each handle's job is deleted only if its claim is still
+        valid (a stale claim is refused per job), then the pre-claim sweep runs and up to
+        ``n`` jobs are claimed, best first. Afterwards every handle is consumed.
+
+        Args:
+            handles: Distinct unconsumed handles of jobs of this queue (may be empty:
+                then this is a ``claim_batch``).
+            worker_id: Who claims (stored as ``claimed_by``); a non-empty str.
+            n: How many to claim at most; ``n <= 0`` claims nothing (no pre-claim sweep
+                either): then this is an ``ack_handles``.
+
+        Returns:
+            One bool per handle, in order (``True`` if its job was deleted), and the
+            handles of the jobs claimed, best first.
+
+        Raises:
+            InvalidArgument: an item is not a job handle of this store and queue, a job
+                appears twice, or ``worker_id`` or ``n`` is invalid (nothing was done).
+            HandleConsumed: a handle was already used for ack, retry or fail (nothing was
+                done).
+            StoreClosed: the store is closed.
+        """
+        checked = self._checked_handles(handles)
+        for handle in checked:
+            handle._check_usable()
+        checked_worker = v.check_worker_id(worker_id)
+        count = v.check_batch_size(n)
+        claims = [(handle.id, handle._job.attempts) for handle in checked]
+        if count <= 0:
+            if not checked:
+                await trio.lowlevel.checkpoint()
+                return [], []
+            deleted = await _consume_all(checked, self._backend.ack_claims(self._name, claims))
+            jobs: list[Job] = []
+        elif not checked:
+            jobs = await self._backend.claim(self._name, checked_worker, count)
+            deleted = []
+        else:
+            deleted, jobs = await _consume_all(
+                checked,
+                self._backend.ack_claims_and_claim(self._name, claims, checked_worker, count),
+            )
+        acked = set(deleted)
+        return [handle.id in acked for handle in checked], [JobHandle(self, job) for job in jobs]
+
     async def heartbeat_handles(
         self, handles: Iterable[JobHandle], extend_s: float | None = None
     ) -> list[bool]:

@@ -218,6 +218,20 @@ class JobTable:
                 deleted.append(job_id)
         return deleted
 
+    def ack_claims_and_claim(
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        worker_id: str,
+        n: int,
+        now: datetime,
+    ) -> tuple[list[int], list[Job]]:
+        """R2 (D21): :meth:`ack_claims`, then :meth:`claim`, in one transition at one
+        ``now``; the ids deleted and the jobs claimed (none when ``n <= 0``). No other
+        operation can run between the two steps: the caller runs this as one request."""
+        acked = self.ack_claims(queue, claims, now)
+        return acked, self.claim(queue, worker_id, n, now)
+
     def retry_claims(
         self,
         queue: str,

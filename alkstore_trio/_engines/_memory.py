@@ -150,6 +150,13 @@ class MemoryBackend:
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         return await self._call(lambda table, now: table.ack_claims(queue, claims, now))
 
+    async def ack_claims_and_claim(
+        self, queue: str, claims: Sequence[tuple[int, int]], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        return await self._call(
+            lambda table, now: table.ack_claims_and_claim(queue, claims, worker_id, n, now)
+        )
+
     async def retry_claims(
         self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
     ) -> list[bool]:

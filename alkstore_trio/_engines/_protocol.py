@@ -81,6 +81,14 @@ class Backend(Protocol):
         queue, atomically in one statement; the ids deleted."""
         ...
 
+    async def ack_claims_and_claim(
+        self, queue: str, claims: Sequence[tuple[int, int]], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        """R2 (D21): :meth:`ack_claims`, then :meth:`claim` (the pre-claim sweep and up
+        to ``n`` claims, ``n >= 1``), atomically in one step with one clock read; the ids
+        deleted and the jobs claimed (claim order)."""
+        ...
+
     async def retry_claims(
         self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
     ) -> list[bool]:

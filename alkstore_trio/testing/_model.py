@@ -363,6 +363,20 @@ class ReferenceModel:
         one ``now``; returns the ids deleted."""
         return [job_id for job_id, token in claims if self.ack(queue, job_id, token, now=now)]
 
+    def ack_claims_and_claim(
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        worker_id: str,
+        n: int,
+        *,
+        now: datetime,
+    ) -> tuple[list[int], list[Job]]:
+        """R2 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
+        the ids deleted and the claimed snapshots (none when ``n <= 0``)."""
+        acked = self.ack_claims(queue, claims, now=now)
+        return acked, self.claim(queue, worker_id, n, now=now)
+
     def heartbeat_claims(
         self,
         queue: str,

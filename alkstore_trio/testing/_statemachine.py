@@ -169,6 +169,17 @@ class AckHandles(_Step):
 
 
 @dataclass(frozen=True, repr=False)
+class AckHandlesAndClaim(_Step):
+    """``queue.ack_handles_and_claim(handles, worker, n)`` over distinct unconsumed
+    handles of that queue (possibly none)."""
+
+    queue: str
+    handles: tuple[str, ...] = ()
+    worker: str = "w1"
+    n: int = 1
+
+
+@dataclass(frozen=True, repr=False)
 class HeartbeatHandles(_Step):
     """``queue.heartbeat_handles(handles, extend_s)`` over distinct unconsumed handles of
     that queue."""
@@ -311,6 +322,7 @@ _RUN_AT_IN = st.sampled_from((None, 0.0, -5.0, 3.0, 12.0))
 _OVERRIDES = st.sampled_from((None, 1, 2, 4))
 _WORKER_IDS = st.sampled_from(_WORKERS)
 _BATCH_SIZES = st.sampled_from((None, 1, 2, 3, 0, -1))
+_CLAIM_SIZES = st.sampled_from((1, 2, 3, 0, -1))
 _ADVANCES = st.sampled_from((1.0, 0.5, 5.0, 11.0, 31.0, 100.0, 4000.0))
 _ERRORS = st.sampled_from((None, "boom", ""))
 _RETRY_DELAYS = st.sampled_from((None, 0.0, 3.0, 0.5))
@@ -342,6 +354,7 @@ _StepKind: TypeAlias = Literal[
     "heartbeat_handles",
     "retry_handles",
     "fail_handles",
+    "ack_handles_and_claim",
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -353,6 +366,7 @@ _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "heartbeat_handles",
     "retry_handles",
     "fail_handles",
+    "ack_handles_and_claim",
 )
 
 
@@ -396,7 +410,13 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw(st.sampled_from(targets[draw(st.sampled_from(sorted(targets)))]))
     if kind == "crash":
         return Crash(draw(_WORKER_IDS))
-    if kind in ("ack_handles", "heartbeat_handles", "retry_handles", "fail_handles"):
+    if kind in (
+        "ack_handles",
+        "heartbeat_handles",
+        "retry_handles",
+        "fail_handles",
+        "ack_handles_and_claim",
+    ):
         name = run.queues[queue].name
         mine = [label for label in live if run.slots[label].handle.job.queue == name]
         # One handle per job: a stale and a current handle of one job may both be live
@@ -414,6 +434,10 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
             return RetryHandles(queue, items=retries)
         if kind == "fail_handles":
             return FailHandles(queue, items=tuple((label, draw(_ERRORS)) for label in chosen))
+        if kind == "ack_handles_and_claim":
+            return AckHandlesAndClaim(
+                queue, handles=tuple(chosen), worker=draw(_WORKER_IDS), n=draw(_CLAIM_SIZES)
+            )
         return AckHandles(queue, handles=tuple(chosen))
     if kind in ("ack", "retry", "fail", "heartbeat"):
         handle = draw(st.sampled_from(live))
@@ -644,6 +668,8 @@ class _Run:
             want_acked = [job_id in deleted for job_id, _ in claims]
             _agree(f"{step}: results", got_acked, want_acked)
             return got_acked
+        if isinstance(step, AckHandlesAndClaim):
+            return await self._ack_and_claim(step, now)
         if isinstance(step, HeartbeatHandles):
             queue = self.queues[step.queue]
             slots = [self.slots[label] for label in step.handles]
@@ -731,6 +757,28 @@ class _Run:
             got = await queue.claim_batch(step.worker, step.n)
             n = step.n
         want = self.model.claim(queue.name, step.worker, n, now=now)
+        return self._claimed(step, step.worker, got, want)
+
+    async def _ack_and_claim(self, step: AckHandlesAndClaim, now: datetime) -> _Outcome:
+        queue = self.queues[step.queue]
+        slots = [self.slots[label] for label in step.handles]
+        for slot in slots:
+            slot.consumed = True
+        got_acked, got = await queue.ack_handles_and_claim(
+            [slot.handle for slot in slots], step.worker, step.n
+        )
+        claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+        deleted, want = self.model.ack_claims_and_claim(
+            queue.name, claims, step.worker, step.n, now=now
+        )
+        _agree(f"{step}: ack results", got_acked, [job_id in deleted for job_id, _ in claims])
+        return [got_acked, *self._claimed(step, step.worker, got, want)]
+
+    def _claimed(
+        self, step: _Step, worker: str, got: list[JobHandle], want: list[Job]
+    ) -> list[str]:
+        """Check claimed handles against the model's snapshots and keep them as slots;
+        their labels."""
         _agree(f"{step}: claimed jobs", [h.job for h in got], want)
         labels = []
         for handle in got:
@@ -738,7 +786,7 @@ class _Run:
             _agree(f"{step}: handle id", handle.id, handle.job.id)
             self.handles_made += 1
             label = f"h{self.handles_made}"
-            self.slots[label] = _Slot(label, handle, step.worker)
+            self.slots[label] = _Slot(label, handle, worker)
             labels.append(f"{label}=job {handle.id}/attempt {handle.job.attempts}")
         return labels
 
@@ -863,6 +911,11 @@ def _event_name(step: _Step, outcome: _Outcome) -> str:
         return f"{kind} {str(outcome).split()[0]}"
     if isinstance(step, AckBatch):
         return f"{kind}: {min(int(str(outcome)), 2)}+ acked"
+    if isinstance(step, AckHandlesAndClaim):
+        assert isinstance(outcome, list)
+        acks = sum(1 for result in outcome[0] if result)
+        claimed = len(outcome) - 1
+        return f"{kind}: {min(acks, 1)}+ acked, {min(claimed, 1)}+ claimed"
     if isinstance(step, AckHandles | HeartbeatHandles | RetryHandles | FailHandles):
         assert isinstance(outcome, list)
         applied = sum(1 for result in outcome if result)
@@ -887,9 +940,10 @@ async def check_engine_against_model(
     and takes ``steps`` steps drawn from ``data``: enqueue, enqueue_many, claim_one and
     claim_batch (``n`` down to -1), heartbeat, ack, retry, fail, reuse of a consumed
     handle, ack_handles, heartbeat_handles, retry_handles and fail_handles of several
-    handles, ack_batch of mixed ids, cancel, sweep_expired under several retentions,
-    clock advances (onto deadlines exactly, and one microsecond past them), committed
-    and rolled-back transactions, and worker crashes. After each step every job's
+    handles, ack_handles_and_claim (acks, claims, or both), ack_batch of mixed ids,
+    cancel, sweep_expired under several retentions, clock advances (onto deadlines
+    exactly, and one microsecond past them), committed and rolled-back transactions,
+    and worker crashes. After each step every job's
     ``get_job`` must agree on every queue.
 
     Call it inside ``trio.run`` from a ``@given(st.data())`` test (or use

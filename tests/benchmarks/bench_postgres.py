@@ -15,7 +15,9 @@ ratio. The baselines, as the issue names them:
   ``ack_batch`` until it is empty. Baseline: ``SELECT … FOR UPDATE SKIP LOCKED LIMIT n``
   + ``DELETE … WHERE id = ANY(…)`` + ``COMMIT``, one transaction per batch. Reference
   row: the library's semantics in plain SQL (an ``UPDATE`` claim that commits a lease,
-  then a ``DELETE``: two autocommit statements per batch).
+  then a ``DELETE``: two autocommit statements per batch). A second library row drains
+  with ``ack_handles_and_claim`` (D21), the worker's loop: one statement per batch that
+  acks the previous batch and claims the next.
 - ``wake latency``: from an enqueue returning on one connection to ``claim_batch``
   returning in a task that was blocked in ``listener.wait()`` (the store's LISTEN
   connection is a third one). The producer is the same for every variant: a separate
@@ -161,6 +163,9 @@ class Variant:
     make: Callable[[], Runner]
     chunks: list[Chunk] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)  # wake case only
+    #: Whether the ``raw, library SQL`` row runs this variant's statements (the ``×
+    #: same SQL`` column is shown only then).
+    same_sql: bool = True
 
     def rate(self) -> float:
         return statistics.median(c.rate for c in self.chunks)
@@ -312,6 +317,13 @@ class RawSql:
         )
         self.lib = _sql.queries(schema)
 
+    def lib_enqueue_one_params(self, payload: bytes) -> dict[str, object]:
+        """The library's statement for one payload (``enqueue_one``), as it sends it."""
+        params = self.lib_enqueue_params([payload])
+        del params["payloads"]
+        params["payload"] = payload
+        return params
+
     def lib_enqueue_params(self, payloads: list[bytes]) -> dict[str, object]:
         return {
             "queue": QUEUE,
@@ -387,7 +399,7 @@ class RawEnqueueSingle(Runner):
 
     def one(self) -> None:
         if self.lib_sql:
-            self.cur.execute(self.q.lib["enqueue"], self.q.lib_enqueue_params([PAYLOAD]))
+            self.cur.execute(self.q.lib["enqueue_one"], self.q.lib_enqueue_one_params(PAYLOAD))
         else:
             self.cur.execute(self.q.insert_one, (QUEUE, PAYLOAD, self.q.channel))
         self.cur.fetchall()
@@ -437,7 +449,7 @@ class RawEnqueueConcurrent(Runner):
     def produce(self, cur: psycopg.Cursor[Any], n: int) -> None:
         for _ in range(n):
             if self.lib_sql:
-                cur.execute(self.q.lib["enqueue"], self.q.lib_enqueue_params([PAYLOAD]))
+                cur.execute(self.q.lib["enqueue_one"], self.q.lib_enqueue_one_params(PAYLOAD))
             else:
                 cur.execute(self.q.insert_one, (QUEUE, PAYLOAD, self.q.channel))
             cur.fetchall()
@@ -600,6 +612,36 @@ class LibDrain(Runner):
                 done += await queue.ack_batch([h.id for h in handles])
         if done != jobs:
             raise AssertionError(f"library drain ({self.driver}) did {done} of {jobs} jobs")
+        return watch.chunk(done)
+
+
+class LibDrainFused(Runner):
+    """The drain as a worker's dispatcher runs it (D21): each ``ack_handles_and_claim``
+    acks the previous batch and claims the next in one statement, so a batch costs one
+    round trip and one commit. Not the issue's ``claim_batch`` + ``ack_batch`` loop: a
+    row of its own, with the same baseline."""
+
+    def __init__(self, total: int, batch: int, driver: str) -> None:
+        self.total, self.batch, self.driver = total, batch, driver
+
+    async def setup(self, stack: AsyncExitStack) -> None:
+        prefill = self.total + (WARMUP_BATCHES + 1) * self.batch
+        schema = stack.enter_context(fresh_schema(prefill=prefill))
+        store = await library_store(stack, schema, self.driver)
+        self.queue = store.queue(QUEUE, OPTS)
+        self.held: list[alkstore_trio.JobHandle] = []
+        for _ in range(WARMUP_BATCHES):
+            _, self.held = await self.queue.ack_handles_and_claim(self.held, WORKER, self.batch)
+
+    async def chunk(self, jobs: int) -> Chunk:
+        queue, batch = self.queue, self.batch
+        done = 0
+        with Stopwatch() as watch:
+            for _ in range(jobs // batch):
+                acked, self.held = await queue.ack_handles_and_claim(self.held, WORKER, batch)
+                done += sum(acked)
+        if done != jobs:
+            raise AssertionError(f"fused drain ({self.driver}) did {done} of {jobs} jobs")
         return watch.chunk(done)
 
 
@@ -853,6 +895,15 @@ def build_cases(sizes: Sizes, drivers: tuple[str, ...] = DRIVERS) -> list[Case]:
                         lambda b=b: RawDrain(n, b, "lib-sql"),  # type: ignore[misc]
                     ),
                     *lib(lambda d, b=b: LibDrain(n, b, d)),  # type: ignore[misc]
+                    *[
+                        Variant(
+                            f"library, ack_handles_and_claim, {d} driver",
+                            "library",
+                            lambda d=d, b=b: LibDrainFused(n, b, d),  # type: ignore[misc]
+                            same_sql=False,
+                        )
+                        for d in drivers
+                    ],
                 ],
                 drain_chunk(b, n),
                 n,
@@ -930,7 +981,7 @@ def format_table(cases: list[Case]) -> str:
             ratio = "—" if variant is base else f"{case.ratio(variant, base):.2f}"
             vs_same = (
                 f"{case.ratio(variant, same):.2f}"
-                if same is not None and variant.kind == "library"
+                if same is not None and variant.kind == "library" and variant.same_sql
                 else ""
             )
             label = f"**{variant.name}**" if variant.kind == "baseline" else variant.name

@@ -219,6 +219,28 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
+        "ack_claims_and_claim": [
+            (
+                "pairs, one",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids[:10],
+                    "tokens": [data.processing_token] * len(data.processing_ids[:10]),
+                    "worker_id": "worker-1",
+                    "n": 1,
+                },
+            ),
+            (
+                "pairs, batch",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "worker_id": "worker-1",
+                    "n": 100,
+                },
+            ),
+        ],
         "heartbeat_claims": [
             (
                 "pairs",
@@ -385,6 +407,50 @@ def test_r2_explain_batch_claim_statements_find_jobs_by_primary_key(
             f"{sorted(lookups, key=str)}, expected primary-key lookups only:\n"
             f"{json.dumps(plan, indent=1)}"
         )
+
+
+def test_r2_explain_ack_claims_and_claim_acks_by_primary_key(
+    loaded: Loaded, explain_conn: psycopg.Connection[Any]
+):
+    # D21: the fused statement's DELETE of the acked pairs reads jobs by primary key, as
+    # ack_claims does; its claim part walks the claim and lease indexes, as claim does.
+    query = _sql.queries(loaded.schema)["ack_claims_and_claim"]
+    for mode in MODES:
+        for variant, params in params_for("ack_claims_and_claim", loaded):
+            plan = explain(explain_conn, query, params, mode)
+            deletes = [
+                node
+                for top in plan
+                for node in plan_nodes(top["Plan"])
+                if node["Node Type"] == "ModifyTable"
+                and node.get("Operation") == "Delete"
+                and node.get("Relation Name") == "jobs"
+                and node.get("Subplan Name") == "CTE acked"
+            ]
+            assert len(deletes) == 1, f"[{variant}, {mode}] no DELETE for CTE acked in the plan"
+            reads = {
+                (node["Node Type"], node.get("Index Name"))
+                for node in plan_nodes(deletes[0])
+                if node.get("Relation Name") == "jobs" and node["Node Type"] != "ModifyTable"
+            }
+            assert reads == {("Index Scan", "jobs_pkey")}, (
+                f"ack_claims_and_claim [{variant}, {mode} plan] acks through "
+                f"{sorted(reads, key=str)}, expected primary-key lookups only:\n"
+                f"{json.dumps(plan, indent=1)}"
+            )
+
+
+def test_r2_ack_claims_and_claim_is_ack_claims_then_claim_verbatim():
+    # D21: the fused statement is the two blocks glued, not a rewrite: its acked CTE is
+    # ack_claims' DELETE, and its claim part is the claim block's CTEs and UPDATE.
+    queries = _sql.queries("alkstore")
+    fused = " ".join(queries["ack_claims_and_claim"].split())
+    ack = " ".join(queries["ack_claims"].split())
+    claim = " ".join(queries["claim"].split())
+    assert f"WITH acked AS ( {ack} )" in fused
+    claim_ctes, claim_update = claim.removeprefix("WITH ").rsplit(") UPDATE ", 1)
+    claim_update = "UPDATE " + claim_update.rsplit(" RETURNING ", 1)[0]
+    assert f"), {claim_ctes}), claimed AS ( {claim_update} RETURNING j.* )" in fused
 
 
 def test_explain_the_seq_scan_detector_sees_a_seq_scan(

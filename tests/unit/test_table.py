@@ -480,6 +480,42 @@ def test_r2_ack_claims_deletes_only_valid_claims_with_their_token():
     assert table.ack_claims("q", [], at(6)) == []
 
 
+def test_r2_ack_claims_and_claim_acks_then_claims_at_one_now():
+    table = JobTable()
+    done = add(table, priority=9, visibility_timeout_s=100)
+    lapsed = add(table, priority=8, visibility_timeout_s=5)
+    spent = add(table, priority=7, visibility_timeout_s=5, max_attempts=1)
+    fresh = add(table, priority=1)
+    (d, lp, sp) = table.claim("q", "w1", 3, T0)
+    acked, claimed = table.ack_claims_and_claim(
+        "q", [(done, d.attempts), (lapsed, lp.attempts)], "w2", 5, at(6)
+    )
+    # The valid ack went through; the lapsed one was refused and its job reclaimed by
+    # the claim part (attempt 2); the spent one was swept; the fresh one claimed.
+    assert acked == [done]
+    assert table.get("q", done) is None
+    assert [(job.id, job.attempts, job.claimed_by) for job in claimed] == [
+        (lapsed, 2, "w2"),
+        (fresh, 1, "w2"),
+    ]
+    assert all(job.claimed_at == at(6) for job in claimed)
+    dead = table.get("q", spent)
+    assert dead is not None
+    assert (dead.state, dead.last_error) == ("dead", MAX_ATTEMPTS_EXCEEDED)
+    assert sp.attempts == 1
+
+
+def test_r2_ack_claims_and_claim_with_n_zero_only_acks():
+    table = JobTable()
+    done = add(table, visibility_timeout_s=100)
+    spent = add(table, visibility_timeout_s=5, max_attempts=1)
+    add(table)
+    (d,) = table.claim("q", "w1", 1, T0)
+    table.claim("q", "w1", 1, at(1))
+    assert table.ack_claims_and_claim("q", [(done, d.attempts)], "w2", 0, at(10)) == ([done], [])
+    assert table.get("q", spent).state == "processing"  # type: ignore[union-attr]
+
+
 def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
     table = JobTable()
     valid = add(table, visibility_timeout_s=100)

@@ -202,6 +202,24 @@ class PostgresBackend:
     async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
         return [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
 
+    async def ack_claims_and_claim(
+        self, queue: str, claims: Sequence[tuple[int, int]], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        params = {
+            **_claim_params(queue, claims),
+            "worker_id": worker_id,
+            "n": min(n, v.JOB_ID_MAX),
+        }
+        acked: list[int] = []
+        jobs: list[Job] = []
+        for row in await self._run("ack_claims_and_claim", params):
+            if row[0] is not None:
+                acked.append(row[0])
+            else:
+                jobs.append(_job(row[1:]))
+        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        return acked, jobs
+
     async def retry_claims(
         self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
     ) -> list[bool]:

@@ -191,8 +191,7 @@ class Pool(Generic[C]):
             discards=self._discards,
         )
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[C]:
+    def connection(self) -> AbstractAsyncContextManager[C]:
         """Borrow a connection for the ``async with`` block.
 
         Waits (first come, first served) while all ``size`` connections are lent out.
@@ -203,11 +202,7 @@ class Pool(Generic[C]):
             psycopg.Error: no connection could be made within ``connect_timeout_s``
                 (the last attempt's error).
         """
-        conn = await self._acquire()
-        try:
-            yield conn
-        finally:
-            await self._release(conn)
+        return _Lease(self)
 
     async def aclose(self) -> None:
         """Close the pool: waiting tasks raise :class:`PoolClosed`, idle connections are
@@ -344,6 +339,28 @@ class Pool(Generic[C]):
         self._discards += 1
         with trio.CancelScope(shield=True):
             await conn.aclose()
+
+
+@final
+class _Lease(Generic[C]):
+    """What ``pool.connection()`` returns: a hand-written async context manager. Every
+    statement the engine runs borrows a connection, and ``@asynccontextmanager``'s
+    generator machinery cost several times the borrow itself."""
+
+    __slots__ = ("_conn", "_pool")
+
+    def __init__(self, pool: Pool[C]) -> None:
+        self._pool = pool
+        self._conn: C | None = None
+
+    async def __aenter__(self) -> C:
+        conn = self._conn = await self._pool._acquire()
+        return conn
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        conn, self._conn = self._conn, None
+        assert conn is not None
+        await self._pool._release(conn)
 
 
 @overload

@@ -242,6 +242,84 @@ WHERE queue = %(queue)s::text
     AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING id;
 
+-- name: ack_claims_and_claim
+-- R2 (D21): ack_claims, then claim (the pre-claim sweep and up to n claims), in one
+-- statement: one transaction, one clock read, one round trip for a worker's finished
+-- jobs and its next jobs. `acked` is ack_claims verbatim; spent … picked and the UPDATE
+-- are the claim block's (a test checks both). All CTEs see one snapshot, so the claim
+-- cannot see the acked rows gone; it needs not: an acked row is processing with
+-- claim_expires_at >= alk_now(), which is never ready (pending) nor lapsed or spent
+-- (claim_expires_at < alk_now()) at the same alk_now(), so the two sets are disjoint
+-- and the claim hands out exactly what a claim after the acks would. The acks come first
+-- in the UNION ALL, so their DELETE has finished (and waited for any row lock it had to)
+-- before the claim locks anything. Rows: (acked id, NULLs) per acked job, then (NULL,
+-- job columns) per claimed job.
+WITH acked AS (
+    DELETE FROM @schema@.jobs
+    WHERE queue = %(queue)s::text
+        AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
+        AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+    RETURNING id
+),
+spent AS MATERIALIZED (
+    SELECT j.id FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+        AND j.claim_expires_at < @schema@.alk_now() AND j.attempts >= j.max_attempts
+    FOR UPDATE OF j SKIP LOCKED
+),
+swept AS (
+    DELETE FROM @schema@.jobs AS j USING spent WHERE j.id = spent.id
+    RETURNING j.*
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, 'max attempts exceeded', @schema@.alk_now()
+    FROM swept
+),
+ready AS MATERIALIZED (
+    SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
+        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(n)s::bigint
+    FOR UPDATE OF j SKIP LOCKED
+),
+lapsed AS MATERIALIZED (
+    SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+        AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
+        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(n)s::bigint
+    FOR UPDATE OF j SKIP LOCKED
+),
+picked AS MATERIALIZED (
+    SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s::bigint
+),
+claimed AS (
+    UPDATE @schema@.jobs AS j SET
+        state = 'processing',
+        attempts = j.attempts + 1,
+        claimed_by = %(worker_id)s::text,
+        claimed_at = @schema@.alk_now(),
+        claim_expires_at = @schema@.alk_now() + j.visibility_timeout_s * interval '1 second'
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.*
+)
+SELECT acked.id, (NULL::@schema@.jobs).*, NULL::timestamptz FROM acked
+UNION ALL
+SELECT NULL, claimed.*, NULL FROM claimed;
+
 -- name: retry_claims
 -- R2 (D20): retry each listed (id, claim token, error, delay_s) item of this queue whose
 -- claim is valid (Q4's V), as retry does, in one statement: at budget a dead-letter move
