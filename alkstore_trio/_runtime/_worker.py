@@ -528,7 +528,7 @@ class Worker:
                         )
                         await supervisor.start(self._sweep_actor, name="sweeper")
                         task_status.started()
-                        await self._dispatch(inbox, jobs)
+                        await self._dispatch(inbox)
                 finally:
                     await self._finalize(inbox)
         except BaseExceptionGroup as group:
@@ -628,13 +628,11 @@ class Worker:
 
     # --- the dispatcher --------------------------------------------------------------
 
-    async def _dispatch(
-        self, inbox: trio.MemoryReceiveChannel[_Message], jobs: trio.Nursery
-    ) -> None:
+    async def _dispatch(self, inbox: trio.MemoryReceiveChannel[_Message]) -> None:
         """R2: the only task changing job state. Runs until a stop is requested."""
         self._dirty = {q.name for q in self._queues}
         while not self._stop_requested:
-            await self._claim(jobs)
+            await self._claim()
             message = await inbox.receive()
             await self._handle(message, inbox)
 
@@ -650,7 +648,7 @@ class Worker:
             await self._start_heartbeats(message.slots)
         # _Stop: the loops check self._stop_requested
 
-    async def _claim(self, jobs: trio.Nursery) -> None:
+    async def _claim(self) -> None:
         """Claim ``min(free slots, claim_batch_max)`` per woken queue, round-robin, and
         start a job actor per claim. A queue stays woken while its claims come back full
         (drain); a short claim means it is empty for now."""
@@ -675,30 +673,35 @@ class Worker:
                     self._dirty.discard(queue.name)
                     self._engine_error("claim", None, exc, queue=queue.name)
                     continue
-                if len(handles) < n:
-                    self._dirty.discard(queue.name)
-                now = trio.current_time()
-                handler = self._handlers[queue.name]
-                heartbeats: dict[float, list[_Slot]] = {}
-                for handle in handles:
-                    job = handle.job
-                    interval = self._heartbeat_interval_s or job.visibility_timeout_s / 3
-                    slot = _Slot(
-                        handle=handle,
-                        handler=handler,
-                        claimed_at=now,
-                        heartbeat_interval_s=interval,
-                    )
-                    self._slots.add(slot)
-                    heartbeats.setdefault(interval, []).append(slot)
-                    self._counts["claimed"] += 1
-                    self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
-                    jobs.start_soon(self._job_actor, slot, name=f"job {job.queue}/{job.id}")
-                # R6: a claim's heartbeat actor starts once its handler has run for one
-                # interval (most handlers finish sooner and never need one).
-                assert self._timer_inbox is not None
-                for interval, due in heartbeats.items():
-                    self._timer_inbox.send_nowait((now + interval, _HeartbeatsDue(tuple(due))))
+                self._start_jobs(queue.name, handles, n)
+
+    def _start_jobs(self, queue_name: str, handles: list[JobHandle], asked: int) -> None:
+        """Start a job actor per claimed handle (``asked`` were asked for: a short claim
+        means the queue is empty for now, so it is no longer woken)."""
+        if len(handles) < asked:
+            self._dirty.discard(queue_name)
+        if not handles:
+            return
+        assert self._jobs is not None
+        assert self._timer_inbox is not None
+        now = trio.current_time()
+        handler = self._handlers[queue_name]
+        heartbeats: dict[float, list[_Slot]] = {}
+        for handle in handles:
+            job = handle.job
+            interval = self._heartbeat_interval_s or job.visibility_timeout_s / 3
+            slot = _Slot(
+                handle=handle, handler=handler, claimed_at=now, heartbeat_interval_s=interval
+            )
+            self._slots.add(slot)
+            heartbeats.setdefault(interval, []).append(slot)
+            self._counts["claimed"] += 1
+            self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
+            self._jobs.start_soon(self._job_actor, slot, name=f"job {job.queue}/{job.id}")
+        # R6: a claim's heartbeat actor starts once its handler has run for one interval
+        # (most handlers finish sooner and never need one).
+        for interval, due in heartbeats.items():
+            self._timer_inbox.send_nowait((now + interval, _HeartbeatsDue(tuple(due))))
 
     async def _start_heartbeats(self, slots: tuple[_Slot, ...]) -> None:
         """R6: these claims' handlers have run for one heartbeat interval: renew the
@@ -810,7 +813,7 @@ class Worker:
             queue = self._queue_by_name[queue_name]
             try:
                 if kind == "ack":
-                    results = await queue.ack_handles([slot.handle for slot in group])
+                    results = await self._ack_and_claim(queue, group)
                 elif kind == "fail":
                     results = await queue.fail_handles(
                         [(slot.handle, _pending(slot).error) for slot in group]
@@ -829,6 +832,26 @@ class Worker:
             for slot, done in zip(group, results, strict=True):
                 job = slot.handle.job
                 self._settle(slot, _pending(slot), done, at_budget=job.attempts >= job.max_attempts)
+
+    async def _ack_and_claim(self, queue: Queue, group: list[_Slot]) -> list[bool]:
+        """Ack these slots' jobs; if the queue is woken and slots will be free, claim its
+        fair share of them in the same statement (``ack_handles_and_claim``, D21: one
+        round trip per cycle when draining) and start their job actors."""
+        handles = [slot.handle for slot in group]
+        free = self._concurrency - len(self._slots) + len(group)
+        if self._stop_requested or queue.name not in self._dirty or free <= 0:
+            return await queue.ack_handles(handles)
+        # Share the freed slots among the woken queues, so a queue with a deep backlog
+        # cannot starve the others (the rest is claimed round robin by _claim).
+        n = min(-(-free // len(self._dirty)), self._claim_batch_max)
+        try:
+            results, claimed = await queue.ack_handles_and_claim(handles, self._worker_id, n)
+        except EngineError:
+            # R8: try the claim again on the next wake or tick, like a failed claim.
+            self._dirty.discard(queue.name)
+            raise
+        self._start_jobs(queue.name, claimed, n)
+        return results
 
     async def _renew(self, slots: Iterable[_Slot]) -> None:
         """Renew these claims with one ``heartbeat_handles`` statement per queue. Claims

@@ -287,17 +287,79 @@ async def test_r6_a_refused_outcome_counts_as_lease_lost(autojump_clock, store):
 
 
 def count_ack_claims(store, monkeypatch):
-    """Record the claims of every ``ack_claims`` call the store's backend receives."""
+    """Record the acked claims of every ``ack_claims`` or ``ack_claims_and_claim`` call
+    the store's backend receives (one statement each)."""
     backend = store._backend
-    real = backend.ack_claims
+    real_ack, real_fused = backend.ack_claims, backend.ack_claims_and_claim
     calls: list[list[tuple[int, int]]] = []
 
-    async def counting(queue, claims):
+    async def ack_claims(queue, claims):
         calls.append(list(claims))
-        return await real(queue, claims)
+        return await real_ack(queue, claims)
 
-    monkeypatch.setattr(backend, "ack_claims", counting)
+    async def ack_claims_and_claim(queue, claims, worker_id, n):
+        calls.append(list(claims))
+        return await real_fused(queue, claims, worker_id, n)
+
+    monkeypatch.setattr(backend, "ack_claims", ack_claims)
+    monkeypatch.setattr(backend, "ack_claims_and_claim", ack_claims_and_claim)
     return calls
+
+
+async def test_r2_a_draining_worker_acks_and_claims_in_one_statement(
+    autojump_clock, store, monkeypatch
+):
+    calls = count_backend_calls(store, monkeypatch, "claim", "ack_claims", "ack_claims_and_claim")
+    queue = store.queue("q")
+    ids = await queue.enqueue_many([b"x"] * 100)
+
+    async def short(job):
+        await trio.sleep(1)
+
+    worker = Worker(store, {queue: Recorder(short)}, concurrency=10, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == len(ids))
+    # One claim to start; then each wave of 10 acks claims the next 10 in the same
+    # statement; the last one finds the queue empty; nothing is acked on its own.
+    assert calls["claim"] == [10]
+    assert calls["ack_claims_and_claim"] == [10] * 10
+    assert calls["ack_claims"] == []
+    assert worker.statistics().claimed == 100
+
+
+async def test_r2_acks_are_not_fused_with_a_claim_of_an_idle_queue(
+    autojump_clock, store, monkeypatch
+):
+    calls = count_backend_calls(store, monkeypatch, "ack_claims", "ack_claims_and_claim")
+    queue = store.queue("q")
+    await queue.enqueue_many([b"x"] * 5)
+
+    async def short(job):
+        await trio.sleep(1)
+
+    worker = Worker(store, {queue: Recorder(short)}, concurrency=10, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 5)
+    # The first claim came back short: the queue is empty, so the acks go alone.
+    assert calls == {"ack_claims": [5], "ack_claims_and_claim": []}
+
+
+async def test_r2_fused_claims_share_free_slots_among_woken_queues(autojump_clock, store):
+    queues = [store.queue("a"), store.queue("b")]
+    for queue in queues:
+        await queue.enqueue_many([b"x"] * 200)
+    started: list[str] = []
+
+    async def short(job):
+        started.append(job.queue)
+        await trio.sleep(1)
+
+    worker = Worker(store, dict.fromkeys(queues, short), concurrency=10, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: len(started) >= 100)
+    # Neither queue starves the other while both have a backlog.
+    counts = Counter(started[:100])
+    assert min(counts["a"], counts["b"]) >= 35, counts
 
 
 async def test_r2_acks_waiting_in_the_inbox_are_flushed_as_one_statement(
@@ -357,6 +419,9 @@ def count_backend_calls(store, monkeypatch, *operations):
         real = getattr(backend, operation)
 
         async def counting(queue, items, *args, _real=real, _operation=operation):
+            if isinstance(items, str):  # claim(queue, worker_id, n): record n
+                calls[_operation].append(args[0])
+                return await _real(queue, items, *args)
             items = list(items)
             calls[_operation].append(len(items))
             return await _real(queue, items, *args)
@@ -368,7 +433,9 @@ def count_backend_calls(store, monkeypatch, *operations):
 async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_statement_per_kind(
     autojump_clock, store, monkeypatch
 ):
-    calls = count_backend_calls(store, monkeypatch, "ack_claims", "retry_claims", "fail_claims")
+    calls = count_backend_calls(
+        store, monkeypatch, "ack_claims", "ack_claims_and_claim", "retry_claims", "fail_claims"
+    )
     queue = store.queue("q", QueueOpts(max_attempts=2))
     payloads = [b"ack", b"retry", b"fail", b"boom"] * 25
     await queue.enqueue_many(payloads)
@@ -390,7 +457,14 @@ async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_stat
     assert (stats.acked, stats.retried, stats.dead_lettered) == (25, 50, 25)
     # One wave of 100 outcomes: one statement per kind (the retries of "retry" and "boom"
     # share one), not one per job.
-    assert calls == {"ack_claims": [25], "retry_claims": [50], "fail_claims": [25]}
+    # (The first claim came back full, so the queue is still woken: the acks go with a
+    # claim, which finds nothing ready.)
+    assert calls == {
+        "ack_claims": [],
+        "ack_claims_and_claim": [25],
+        "retry_claims": [50],
+        "fail_claims": [25],
+    }
     jobs = [await queue.get_job(i) for i in range(1, 101)]
     states = Counter((job.state, job.last_error) for job in jobs if job is not None)
     assert states == {
@@ -724,7 +798,16 @@ async def test_r8_a_failed_outcome_or_heartbeat_is_tried_again(autojump_clock, s
             raise EngineError("database unreachable")
         return await real_heartbeat(self, handles, extend_s)
 
+    real_fused = Queue.ack_handles_and_claim
+
+    async def flaky_fused(self, handles, worker_id, n):
+        calls["ack"] += 1
+        if calls["ack"] == 1:
+            raise EngineError("database unreachable")
+        return await real_fused(self, handles, worker_id, n)
+
     monkeypatch.setattr(Queue, "ack_handles", flaky_ack)
+    monkeypatch.setattr(Queue, "ack_handles_and_claim", flaky_fused)
     monkeypatch.setattr(Queue, "heartbeat_handles", flaky_heartbeat)
 
     async def action(job):
