@@ -2,8 +2,9 @@
 
 This is the only module that parses arguments. Subcommands:
 
-- ``demo``: run a few hundred jobs through the embedded in-memory engine and print a
-  summary (see :mod:`alkstore_trio._demo`).
+- ``demo``: run a few hundred jobs through a supervised :class:`~alkstore_trio.Worker` on
+  the embedded in-memory engine, with a live display, and print a summary (see
+  :mod:`alkstore_trio._demo`).
 - ``migrate``: bring a PostgreSQL schema to this library's version (or, with
   ``--dry-run``, print the SQL that would do it). Needs psycopg, which is imported only
   when the command runs, so ``demo`` works without it.
@@ -208,12 +209,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
     demo = commands.add_parser(
         "demo",
-        help="run a few hundred jobs through the in-memory engine and print a summary",
+        help="run a few hundred jobs through a supervised worker on the in-memory engine",
         description=(
             "Enqueue jobs with mixed priorities and small delays into the embedded "
-            "in-memory engine, process them with a few claimer tasks (some jobs retry, "
-            "some are dead-lettered) and print a summary. The counts are the same for "
-            "the same --seed."
+            "in-memory engine and run them with a supervised Worker, shown live: each "
+            "retry, dead-letter, job timeout and lease lost to an operator's cancel is "
+            "one line above a progress bar (plain lines when the output is not a "
+            "terminal). Then print a summary. The counts are the same for the same "
+            "--jobs and --seed."
         ),
     )
     demo.add_argument(
@@ -235,7 +238,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         metavar="W",
         type=_int_in(1, 64),
         default=4,
-        help="concurrent claimer tasks (default 4)",
+        help="the worker's concurrency: handlers running at once (default 4)",
     )
     demo.set_defaults(run=_demo)
 
