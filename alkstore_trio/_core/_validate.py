@@ -162,11 +162,23 @@ def check_aware_datetime(param: str, value: object) -> datetime:
     return value
 
 
+def check_aware_utc(param: str, value: object) -> datetime:
+    """A timezone-aware datetime, converted to UTC; one whose UTC time falls outside
+    ``datetime``'s range (e.g. year 1 at +14:00) is invalid, not an ``OverflowError``."""
+    aware = check_aware_datetime(param, value)
+    try:
+        return aware.astimezone(UTC)
+    except OverflowError:
+        raise InvalidArgument(
+            f"{param} must be within the datetime range once converted to UTC; got {aware!r}"
+        ) from None
+
+
 def check_optional_run_at(value: object) -> datetime | None:
     """Q2: ``None`` or a timezone-aware datetime."""
     if value is None:
         return None
-    return check_aware_datetime("run_at", value).astimezone(UTC)
+    return check_aware_utc("run_at", value)
 
 
 def check_payload(value: object, max_bytes: int) -> bytes:

@@ -5,6 +5,8 @@
 - :func:`check_conformance` / :data:`CONFORMANCE_CHECKS`: the contract (Q1-Q12) as one
   suite every engine must pass.
 - :class:`ReferenceModel`: a naive, obviously-correct oracle of the contract.
+- :class:`HistoryRecorder` / :func:`check_history`: record workers' events and check a
+  run job by job (leases, claim tokens, nothing lost).
 - :func:`check_engine_against_model` / :func:`engine_vs_model_test`: model-check an
   engine against the :class:`ReferenceModel` (needs Hypothesis; imported on first use).
 - :class:`PostgresHarness`: the PostgreSQL engine on throwaway schemas with a frozen
@@ -18,6 +20,14 @@ from ._conformance import CONFORMANCE_CHECKS as CONFORMANCE_CHECKS
 from ._conformance import check_conformance as check_conformance
 from ._harness import EngineHarness as EngineHarness
 from ._harness import MemoryHarness as MemoryHarness
+from ._history import FinalState as FinalState
+from ._history import HistoryEvent as HistoryEvent
+from ._history import HistoryRecorder as HistoryRecorder
+from ._history import HistoryReport as HistoryReport
+from ._history import Violation as Violation
+from ._history import check_history as check_history
+from ._history import load_history as load_history
+from ._history import read_final_state as read_final_state
 from ._model import ReferenceModel as ReferenceModel
 
 # The state machine needs Hypothesis and PostgresHarness needs psycopg, both optional

@@ -29,7 +29,7 @@ class ManualClock:
 
     @staticmethod
     def _utc(param: str, value: object) -> datetime:
-        return v.check_aware_datetime(param, value).astimezone(UTC)
+        return v.check_aware_utc(param, value)
 
     def now(self) -> datetime:
         """The current manual time (timezone-aware UTC)."""
