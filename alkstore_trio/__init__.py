@@ -27,6 +27,7 @@ from ._errors import InvalidArgument as InvalidArgument
 from ._errors import SchemaError as SchemaError
 from ._errors import StoreClosed as StoreClosed
 from ._open import open_store as open_store
+from ._runtime import AsyncioCancelled as AsyncioCancelled
 from ._runtime import ChildStatistics as ChildStatistics
 from ._runtime import Fail as Fail
 from ._runtime import Handler as Handler
@@ -38,6 +39,7 @@ from ._runtime import SupervisorStatistics as SupervisorStatistics
 from ._runtime import Worker as Worker
 from ._runtime import WorkerEvent as WorkerEvent
 from ._runtime import WorkerStatistics as WorkerStatistics
+from ._runtime import asyncio_handler as asyncio_handler
 from ._runtime import open_supervisor as open_supervisor
 from ._store import JobHandle as JobHandle
 from ._store import Queue as Queue

@@ -5,6 +5,8 @@ the public ``Store`` facade it is given and never imports an engine (import-lint
 checks both).
 """
 
+from ._asyncio import AsyncioCancelled as AsyncioCancelled
+from ._asyncio import asyncio_handler as asyncio_handler
 from ._outcomes import Fail as Fail
 from ._outcomes import Retry as Retry
 from ._supervisor import ChildStatistics as ChildStatistics
@@ -13,8 +15,8 @@ from ._supervisor import Supervisor as Supervisor
 from ._supervisor import SupervisorEscalated as SupervisorEscalated
 from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import open_supervisor as open_supervisor
-from ._worker import Handler as Handler
 from ._worker import EVENT_KINDS as EVENT_KINDS
+from ._worker import Handler as Handler
 from ._worker import Worker as Worker
 from ._worker import WorkerEvent as WorkerEvent
 from ._worker import WorkerStatistics as WorkerStatistics
