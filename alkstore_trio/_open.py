@@ -55,6 +55,7 @@ async def open_store(
     connect_timeout_s: float = 10.0,
     migrate: str = "check",
     application_name: str = "alkstore_trio",
+    listen: bool = True,
 ) -> AsyncIterator[Store]:
     """Open a job store for the duration of an ``async with`` block.
 
@@ -84,6 +85,11 @@ async def open_store(
             first (serialized by an advisory lock).
         application_name: PostgreSQL only: shown in ``pg_stat_activity`` (the LISTEN
             session gets a ``:listen`` suffix).
+        listen: PostgreSQL only: ``False`` opens no LISTEN session (poll-only mode, for
+            a transaction-pooling proxy such as PgBouncer in transaction mode, where
+            LISTEN does not work): wake listeners never wake, and workers find new jobs
+            by re-polling every ``poll_interval_s``. Enqueues still NOTIFY, so
+            listening processes elsewhere are still woken.
 
     Raises:
         InvalidArgument: the URL or an option is invalid.
@@ -117,6 +123,7 @@ async def open_store(
             connect_timeout_s=connect_timeout_s,
             migrate=migrate,
             application_name=application_name,
+            listen=listen,
         )
         engine = pg.open_postgres_backend(url, **options)
     else:

@@ -32,6 +32,7 @@ Time is trio's clock, so tests drive every interval with :class:`trio.testing.Mo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 import logging
@@ -48,7 +49,7 @@ import trio
 from .._core import _validate as v
 from .._errors import EngineError, InvalidArgument
 from .._store import Queue, Store
-from ._asyncio import open_loop_if_needed
+from ._asyncio import is_async_callable, open_loop_if_needed
 from ._outcomes import Fail, Retry
 from ._supervisor import open_supervisor
 
@@ -950,7 +951,9 @@ class Worker:
             return _Outcome(slot, "retry", _error_text(retry.error), retry.delay_s)
         except Fail as fail:
             return _Outcome(slot, "fail", _error_text(fail.error))
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # asyncio.CancelledError is a BaseException, but when a handler raises one of
+            # its own (trio never does) it is the handler's failure, not a cancellation.
             self._counts["handler_errors"] += 1
             error = _describe(exc)
             self._log(
@@ -1195,10 +1198,11 @@ def _check_handlers(
             )
         if queue.name in by_name:
             raise InvalidArgument(f"handlers names queue {queue.name!r} twice; name it once")
-        if not callable(handler):
+        if not is_async_callable(handler):
             raise InvalidArgument(
-                f"the handler of queue {queue.name!r} must be an async function; got "
-                f"{type(handler).__name__}"
+                f"the handler of queue {queue.name!r} must be an async function (async def "
+                f"handler(job)), a functools.partial of one or an object with an async "
+                f"__call__; got {type(handler).__name__}"
             )
         queues.append(queue)
         by_name[queue.name] = handler

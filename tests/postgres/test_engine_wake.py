@@ -290,3 +290,60 @@ async def test_q2_longest_names_get_wakes_and_near_identical_names_do_not_share_
         handle = await store_a.queue(queue_1).claim_one("A")
         assert (handle.id, handle.job.queue, handle.job.payload) == (job_id, queue_1, b"one")
         assert await handle.ack()
+
+
+async def test_r4_poll_only_mode_opens_no_listen_session_and_a_worker_still_finds_every_job(
+    pg_dsn, schema
+):
+    """``open_store(listen=False)`` (behind a transaction-pooling proxy, where LISTEN does
+    not work): no LISTEN session, wake listeners never wake, and a worker picks every job
+    up by re-polling, within ``poll_interval_s`` (+ 1 s for a loaded machine)."""
+    from alkstore_trio import Worker
+
+    consumer_app = app_name()
+    poll_interval_s = 0.3
+    started: dict[int, float] = {}
+    arrived = trio.Event()
+
+    async def handler(job):
+        started[job.id] = trio.current_time()
+        arrived.set()  # the current iteration's event (rebound below)
+
+    async with (
+        open_store(
+            pg_dsn,
+            schema=schema,
+            migrate="apply",
+            pool_size=2,
+            application_name=consumer_app,
+            listen=False,
+        ) as consumer,
+        open_pg(pg_dsn, schema) as producer,
+    ):
+        async with consumer.open_wake_listener("q") as listener:
+            await producer.queue("q").enqueue(b"nobody is woken")
+            assert await listener.wait(0.5) == frozenset()
+        assert await sessions(pg_dsn, consumer_app + ":listen") == []
+        assert await consumer.queue("q").claim_one("drain") is not None
+
+        worker = Worker(consumer, {"q": handler}, poll_interval_s=poll_interval_s)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            for _ in range(5):
+                arrived = trio.Event()
+                job_id = await producer.queue("q").enqueue(b"x")
+                enqueued = trio.current_time()
+                with trio.fail_after(poll_interval_s + 1.0):
+                    await arrived.wait()
+                assert started[job_id] - enqueued <= poll_interval_s + 1.0
+            assert await sessions(pg_dsn, consumer_app + ":listen") == []
+            worker.stop()
+        assert worker.statistics().acked == 5
+
+
+async def test_r4_listen_must_be_a_bool(pg_dsn, schema):
+    from alkstore_trio import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="listen"):
+        async with open_store(pg_dsn, schema=schema, listen="no"):
+            pass

@@ -920,6 +920,8 @@ async def test_worker_validates_its_handlers(autojump_clock, store):
         Worker(store, {"q": Recorder(), store.queue("q"): Recorder()})
     with pytest.raises(InvalidArgument, match="async function"):
         Worker(store, {"q": 42})
+    with pytest.raises(InvalidArgument, match="async function.*got function"):
+        Worker(store, {"q": lambda job: None})  # a sync function fails at once, not per job
     with pytest.raises(InvalidArgument, match="queue name"):
         Worker(store, {"alk_reserved": Recorder()})
 
@@ -1160,3 +1162,22 @@ async def test_r9_events_never_carry_the_payload_in_their_messages(autojump_cloc
     assert {"claim", "start", "handler_error", "finish", "dead"} <= {e.kind for e in seen}
     assert not any("secret-payload" in e.message or "secret" in (e.error or "") for e in seen)
     assert next(e for e in seen if e.kind == "handler_error").error == "ValueError: boom"
+
+
+async def test_r5_a_handler_raising_asyncio_cancelled_error_itself_is_retried(
+    autojump_clock, store
+):
+    import asyncio
+
+    queue = store.queue("q", QueueOpts(max_attempts=2))
+    job_id = await queue.enqueue(b"x")
+
+    async def action(job):
+        raise asyncio.CancelledError("gave up")  # not a trio cancellation: a failure
+
+    worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().dead_lettered == 1)
+    job = await queue.get_job(job_id)
+    assert (job.state, job.attempts, job.last_error) == ("dead", 2, "CancelledError: gave up")
+    assert worker.statistics().handler_errors == 2

@@ -24,7 +24,7 @@ import trio
 
 from ..._core import FAILED, EnqueueSpec, Job, SweepResult
 from ..._core import _validate as v
-from ..._errors import EngineError, StoreClosed
+from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
 from . import _driver, _pool, _schema, _sql
@@ -86,8 +86,12 @@ class PostgresBackend:
         *,
         schema: str,
         listen_connect: Callable[[], Awaitable[_driver.Connection]],
+        listen: bool = True,
     ) -> None:
         self._pool = pool
+        #: False: no LISTEN connection (poll-only mode, e.g. behind a transaction pooler);
+        #: wake listeners then never wake and workers find jobs by re-polling.
+        self._listen = listen
         self._schema = schema
         self._q = _sql.queries(schema)
         self._listen_connect = listen_connect
@@ -275,7 +279,8 @@ class PostgresBackend:
     async def _open_wake_listener(self, queues: frozenset[str]) -> AsyncIterator[WakeListener]:
         channels = {self._channel(queue) for queue in queues}
         async with self.wakes.open_listener(queues) as listener:
-            await self._wait_listening(channels)
+            if self._listen:
+                await self._wait_listening(channels)
             yield listener
 
     async def aclose(self) -> None:
@@ -464,6 +469,7 @@ class PostgresOptions(TypedDict):
     connect_timeout_s: float
     migrate: _schema.MigratePolicy
     application_name: str
+    listen: bool
 
 
 def check_options(
@@ -473,8 +479,11 @@ def check_options(
     connect_timeout_s: object,
     migrate: object,
     application_name: object,
+    listen: object = True,
 ) -> PostgresOptions:
     """Validate ``open_store``'s PostgreSQL options before anything connects."""
+    if not isinstance(listen, bool):
+        raise InvalidArgument(f"listen must be True or False; got {type(listen).__name__}")
     return PostgresOptions(
         schema=_sql.check_schema_name(schema),
         pool_size=v.check_int("pool_size", pool_size, lo=1, hi=1000),
@@ -483,6 +492,7 @@ def check_options(
         ),
         migrate=_schema.check_policy(migrate),
         application_name=v.check_text("application_name", application_name, max_chars=50),
+        listen=listen,
     )
 
 
@@ -495,6 +505,7 @@ async def open_postgres_backend(
     connect_timeout_s: float,
     migrate: _schema.MigratePolicy,
     application_name: str,
+    listen: bool = True,
     connect: _pool.ConnectFn[_driver.Connection] | None = None,
 ) -> AsyncIterator[PostgresBackend]:
     """Open a pool on ``conninfo``, check (or apply) the schema, and run the backend
@@ -536,7 +547,7 @@ async def open_postgres_backend(
             raise EngineError(
                 f"cannot open the store on {redact_dsn(conninfo)}: {type(exc).__name__}"
             ) from exc
-        backend = PostgresBackend(pool, schema=schema, listen_connect=listen_connect)
+        backend = PostgresBackend(pool, schema=schema, listen_connect=listen_connect, listen=listen)
         async with open_background_nursery() as nursery:
             backend.start(nursery)
             try:
