@@ -41,7 +41,7 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeGuard, final
 
 import trio
@@ -209,9 +209,11 @@ class _Stop:
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    """What a job actor reports. ``kind`` is ``"ack"``, ``"retry"``, ``"fail"`` or
-    ``"cancelled"`` (the dispatcher cancelled it: lease lost or shutdown); the dispatcher
-    turns a ``"cancelled"`` of a claim it still holds into ``"release"``."""
+    """What a job actor reports. ``kind`` is ``"ack"``, ``"retry"``, ``"fail"``,
+    ``"cancelled"`` (the dispatcher cancelled it: lease lost or shutdown; the dispatcher
+    turns a ``"cancelled"`` of a claim it still holds into ``"release"``) or ``"lapsed"``
+    (the claim's lease ran out with no renewal getting through: the handler was
+    cancelled at the lease's deadline)."""
 
     slot: _Slot
     kind: str
@@ -253,11 +255,16 @@ class _Slot:
     claimed_at: float
     heartbeat_interval_s: float
     #: Shielded: outside cancellation never reaches a handler; only the dispatcher's
-    #: ``scope.cancel()`` does.
-    scope: trio.CancelScope = field(default_factory=lambda: trio.CancelScope(shield=True))
+    #: ``scope.cancel()`` does, or the scope's deadline: when the claim's lease runs out
+    #: (trio time when the claim or last renewal was *sent* + the visibility timeout, so
+    #: never later than the store's deadline), pushed on by each renewal.
+    scope: trio.CancelScope
     #: The heartbeat actor's scope, once the dispatcher started it (shielded likewise).
     heartbeat_scope: trio.CancelScope | None = None
     lost: bool = False
+    #: The dispatcher cancelled the scope (lease lost, grace over), as opposed to the
+    #: lease deadline.
+    cancel_requested: bool = False
     reported: bool = False
     pending: _Outcome | None = None
 
@@ -667,6 +674,7 @@ class Worker:
                 if queue.name not in self._dirty:
                     continue
                 n = min(free, self._claim_batch_max)
+                sent_at = trio.current_time()
                 try:
                     handles = await queue.claim_batch(self._worker_id, n)
                 except EngineError as exc:
@@ -674,11 +682,14 @@ class Worker:
                     self._dirty.discard(queue.name)
                     self._engine_error("claim", None, exc, queue=queue.name)
                     continue
-                self._start_jobs(queue.name, handles, n)
+                self._start_jobs(queue.name, handles, n, sent_at)
 
-    def _start_jobs(self, queue_name: str, handles: list[JobHandle], asked: int) -> None:
+    def _start_jobs(
+        self, queue_name: str, handles: list[JobHandle], asked: int, sent_at: float
+    ) -> None:
         """Start a job actor per claimed handle (``asked`` were asked for: a short claim
-        means the queue is empty for now, so it is no longer woken)."""
+        means the queue is empty for now, so it is no longer woken; the claim was sent at
+        trio time ``sent_at``)."""
         if len(handles) < asked:
             self._dirty.discard(queue_name)
         if not handles:
@@ -692,7 +703,11 @@ class Worker:
             job = handle.job
             interval = self._heartbeat_interval_s or job.visibility_timeout_s / 3
             slot = _Slot(
-                handle=handle, handler=handler, claimed_at=now, heartbeat_interval_s=interval
+                handle=handle,
+                handler=handler,
+                claimed_at=now,
+                heartbeat_interval_s=interval,
+                scope=trio.CancelScope(shield=True, deadline=sent_at + job.visibility_timeout_s),
             )
             self._slots.add(slot)
             heartbeats.setdefault(interval, []).append(slot)
@@ -723,6 +738,7 @@ class Worker:
         actor at once. On an engine error the claims are left as they are (the next
         heartbeat tries again, R8)."""
         queue = self._queue_by_name[queue_name]
+        sent_at = trio.current_time()
         try:
             results = await queue.heartbeat_handles([slot.handle for slot in slots])
         except EngineError as exc:
@@ -731,11 +747,13 @@ class Worker:
             return
         for slot, renewed in zip(slots, results, strict=True):
             if renewed:
+                # The lease now runs until (at the latest) sent_at + visibility timeout.
+                slot.scope.deadline = sent_at + slot.handle.job.visibility_timeout_s
                 self._log(logging.DEBUG, "heartbeat", slot.handle.job, "renewed the claim")
             else:
-                self._lose(slot, "heartbeat")
+                self._lose(slot, "heartbeat refused")
 
-    def _lose(self, slot: _Slot, operation: str) -> None:
+    def _lose(self, slot: _Slot, why: str) -> None:
         if not slot.lost:
             slot.lost = True
             self._counts["lease_lost"] += 1
@@ -743,10 +761,10 @@ class Worker:
                 logging.WARNING,
                 "lease_lost",
                 slot.handle.job,
-                "lost the claim (%s refused); the handler is cancelled and its outcome discarded",
-                operation,
+                "lost the claim (%s); the handler is cancelled and its outcome discarded",
+                why,
             )
-        slot.scope.cancel()
+        _cancel(slot)
 
     async def _apply_coalesced(
         self, first: _Outcome | _HeartbeatRequest, inbox: trio.MemoryReceiveChannel[_Message]
@@ -788,8 +806,14 @@ class Worker:
             if slot.lost:
                 self._slots.discard(slot)
                 continue
+            if outcome.kind == "lapsed":
+                # R6/R8: no renewal got through before the lease ran out (the store was
+                # unreachable); another worker may hold the job now.
+                self._lose(slot, "its lease ran out: no renewal got through in time")
+                self._slots.discard(slot)
+                continue
             if outcome.kind == "cancelled":
-                # Only the dispatcher cancels a job actor: the lease was lost (handled
+                # The dispatcher cancelled the job actor: the lease was lost (handled
                 # above) or the worker is stopping and the grace period ran out.
                 outcome = _Outcome(slot, "release", WORKER_STOPPED, 0.0)
             slot.pending = outcome
@@ -845,13 +869,14 @@ class Worker:
         # Share the freed slots among the woken queues, so a queue with a deep backlog
         # cannot starve the others (the rest is claimed round robin by _claim).
         n = min(-(-free // len(self._dirty)), self._claim_batch_max)
+        sent_at = trio.current_time()
         try:
             results, claimed = await queue.ack_handles_and_claim(handles, self._worker_id, n)
         except EngineError:
             # R8: try the claim again on the next wake or tick, like a failed claim.
             self._dirty.discard(queue.name)
             raise
-        self._start_jobs(queue.name, claimed, n)
+        self._start_jobs(queue.name, claimed, n, sent_at)
         return results
 
     async def _renew(self, slots: Iterable[_Slot]) -> None:
@@ -875,7 +900,7 @@ class Worker:
         self._slots.discard(slot)
         slot.pending = None
         if not done:
-            self._lose(slot, outcome.kind)
+            self._lose(slot, f"{outcome.kind} refused")
             return
         if outcome.kind == "ack":
             self._counts["acked"] += 1
@@ -925,9 +950,13 @@ class Worker:
         finally:
             if slot.heartbeat_scope is not None:
                 slot.heartbeat_scope.cancel()
-            # Also when a BaseException (KeyboardInterrupt) escapes the handler: the
-            # dispatcher must learn that this claim is to be released.
-            self._inbox.send_nowait(outcome or _Outcome(slot, "cancelled"))
+            if outcome is None:
+                # Cancelled (by the dispatcher, or by the lease deadline), or a
+                # BaseException (KeyboardInterrupt) escaped the handler: the dispatcher
+                # must learn that this claim is to be released or is lost.
+                lapsed = slot.scope.cancelled_caught and not slot.cancel_requested
+                outcome = _Outcome(slot, "lapsed" if lapsed else "cancelled")
+            self._inbox.send_nowait(outcome)
 
     async def _run_handler(self, slot: _Slot) -> _Outcome:
         job = slot.handle.job
@@ -1011,11 +1040,11 @@ class Worker:
                     await self._serve_until_idle(inbox)
                 for slot in self._slots:
                     if not slot.reported:
-                        slot.scope.cancel()
+                        _cancel(slot)
                 await self._serve_until_idle(inbox)
             finally:
                 for slot in self._slots:
-                    slot.scope.cancel()
+                    _cancel(slot)
         if self._slots:
             self._log(
                 logging.ERROR,
@@ -1128,6 +1157,12 @@ def _fields(
         "attempt": attempt,
         "worker_id": worker_id,
     }
+
+
+def _cancel(slot: _Slot) -> None:
+    """The dispatcher cancels a job actor (lease lost, or the grace is over)."""
+    slot.cancel_requested = True
+    slot.scope.cancel()
 
 
 def _pending(slot: _Slot) -> _Outcome:

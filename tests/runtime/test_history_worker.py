@@ -88,7 +88,11 @@ async def run_scenario() -> Run:
 
         async def stale_handler(job):
             stale_started.set()
-            await trio.sleep(5 * VT_S)  # its first heartbeat comes after the lease lapsed
+            # Its first heartbeat would come long after the lease lapsed; the worker
+            # cancels it at the lease's deadline, but it ignores the cancellation (as
+            # blocking code would) and finishes late: its ack must be refused.
+            with trio.CancelScope(shield=True):
+                await trio.sleep(5 * VT_S)
 
         # The stale worker runs alone first, so it gets the "stale" job.
         stale = Worker(

@@ -247,7 +247,8 @@ async def test_r6_a_lapsed_and_reclaimed_claim_cancels_the_handler(autojump_cloc
     queue = store.queue("q", QueueOpts(visibility_timeout_s=3))
     job_id = await queue.enqueue(b"x")
     handler = Recorder(forever)
-    # Heartbeats too rare for the lease: the claim lapses at 3 and is reclaimed at 4.
+    # Heartbeats too rare for the lease: the claim lapses at 3 and is reclaimed at 4. The
+    # worker stops the handler when the lease runs out (3), before anyone can reclaim it.
     worker = Worker(store, {queue: handler}, heartbeat_interval_s=10, poll_interval_s=1000)
     async with running(worker):
         await wait_until(lambda: handler.starts)
@@ -255,7 +256,7 @@ async def test_r6_a_lapsed_and_reclaimed_claim_cancels_the_handler(autojump_cloc
         other = await queue.claim_one("another-worker")
         assert (other.id, other.job.attempts) == (job_id, 2)
         await wait_until(lambda: handler.cancelled)
-        assert handler.cancelled == [(job_id, approx(10.0))]
+        assert handler.cancelled == [(job_id, approx(3.0))]
         await wait_until(lambda: worker.statistics().in_flight == 0)
         # The worker attempted nothing on the row that the other worker now holds.
         job = await queue.get_job(job_id)
@@ -920,7 +921,7 @@ async def test_worker_validates_its_handlers(autojump_clock, store):
         Worker(store, {"q": Recorder(), store.queue("q"): Recorder()})
     with pytest.raises(InvalidArgument, match="async function"):
         Worker(store, {"q": 42})
-    with pytest.raises(InvalidArgument, match="async function.*got function"):
+    with pytest.raises(InvalidArgument, match=r"async function.*got function"):
         Worker(store, {"q": lambda job: None})  # a sync function fails at once, not per job
     with pytest.raises(InvalidArgument, match="queue name"):
         Worker(store, {"alk_reserved": Recorder()})
@@ -1181,3 +1182,50 @@ async def test_r5_a_handler_raising_asyncio_cancelled_error_itself_is_retried(
     job = await queue.get_job(job_id)
     assert (job.state, job.attempts, job.last_error) == ("dead", 2, "CancelledError: gave up")
     assert worker.statistics().handler_errors == 2
+
+
+async def test_r6_a_handler_whose_lease_cannot_be_renewed_is_cancelled_at_its_deadline(
+    autojump_clock, store, monkeypatch
+):
+    """The store is unreachable for renewals (a black-holed network): the worker cannot
+    know whether the lease still holds, so it stops the work when the lease runs out —
+    before another worker can have reclaimed the job — and attempts nothing more."""
+    from alkstore_trio import Queue
+
+    calls = count_backend_calls(store, monkeypatch, "retry_claims", "ack_claims")
+
+    async def unreachable(self, handles, extend_s=None):
+        raise EngineError("database unreachable")
+
+    monkeypatch.setattr(Queue, "heartbeat_handles", unreachable)
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().lease_lost == 1)
+        assert handler.cancelled == [(job_id, approx(30.0))]  # the lease's deadline
+        assert worker.statistics().in_flight == 0
+    assert calls == {"retry_claims": [], "ack_claims": []}  # no release of a lost claim
+    stats = worker.statistics()
+    assert (stats.engine_errors, stats.released, stats.retried) == (2, 0, 0)  # at 10 and 20
+    job = await queue.get_job(job_id)
+    assert (job.state, job.attempts) == ("processing", 1)  # reclaimable once expired
+
+
+async def test_r6_renewals_push_the_lease_deadline_so_long_handlers_run_to_the_end(
+    autojump_clock, store
+):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+
+    async def long(job):
+        await trio.sleep(200)
+
+    handler = Recorder(long)
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert now() == approx(200.0)
+    assert handler.cancelled == []
+    assert await queue.get_job(job_id) is None
