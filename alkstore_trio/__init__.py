@@ -15,6 +15,8 @@ Layers, each importing only the ones below it (checked by import-linter):
 Everything public is re-exported here; nothing else is public.
 """
 
+import logging as _logging
+
 from ._core import Job as Job
 from ._core import JobState as JobState
 from ._core import QueueOpts as QueueOpts
@@ -47,3 +49,8 @@ from ._store import Store as Store
 from ._store import Transaction as Transaction
 
 __version__ = "0.1.0"
+
+# A library leaves logging to the application: without this, an application that never
+# configured logging would get the worker's warnings (and handlers' tracebacks) printed
+# to stderr by Python's last-resort handler.
+_logging.getLogger("alkstore_trio").addHandler(_logging.NullHandler())
