@@ -3,24 +3,32 @@
 Usage: ``python _worker_proc.py DSN SCHEMA QUEUE RECORDS [options]`` (see ``--help``).
 
 Opens its own store on an existing schema (``migrate="check"``) under the given
-``application_name`` (its LISTEN session is ``<name>:listen``), runs one
-:class:`alkstore_trio.Worker` on ``QUEUE`` whose handler sleeps ``--sleep-s`` seconds, and
-stops gracefully (``worker.stop()``) on SIGTERM or SIGINT, then exits 0; a second
-signal cuts the grace short (``worker.stop(grace_s=0)``). A payload
+``application_name`` (its LISTEN session is ``<name>:listen``; ``--no-listen`` opens none:
+poll-only mode), runs one :class:`alkstore_trio.Worker` on ``QUEUE`` whose handler sleeps
+``--sleep-s`` seconds, and stops gracefully (``worker.stop()``) on SIGTERM or SIGINT, then
+exits 0; a second signal cuts the grace short (``worker.stop(grace_s=0)``). A payload
 ``b"sleep=<seconds>"`` makes that job's handler sleep that long instead.
 
 Every line of ``RECORDS`` is one JSON object, written and flushed at once (so a
 ``kill -9`` loses at most the line being written). ``ev`` says what happened:
 
+- the worker's events (R9), written by :class:`alkstore_trio.testing.HistoryRecorder`
+  (``claim``, ``start``, ``heartbeat``, ``finish``, ``ack``, ``retry``, ``release``,
+  ``dead``, ``lease_lost``, ``engine_error``, ``draining``, ``worker_start``,
+  ``worker_stop``...; see :func:`alkstore_trio.testing._history.event_record` for the
+  keys): :func:`alkstore_trio.testing.load_history` reads them back for
+  :func:`~alkstore_trio.testing.check_history`. They are written by a task of their own,
+  so they may trail the worker by a scheduling step; their ``t`` is when the worker
+  logged the event (just after the store answered), not when the line was written.
+- ``handler_start`` / ``handler_end``: written *synchronously by the handler* when it
+  starts / finishes (``id``, ``attempt``, ``claimed_at``, ``claim_expires_at``;
+  ``handler_end`` has ``outcome``: ``"returned"`` or ``"cancelled"``, which the worker's
+  ``finish`` event does not say). Being synchronous, a ``handler_start`` without its
+  ``handler_end`` in the file of a stopped (SIGSTOP) process means the handler was running
+  at that moment. ``--no-handler-records`` turns them off (long runs).
 - ``ready``: the worker runs and listens for wakes (``worker_id``, ``app``).
-- ``start`` / ``end``: a handler started / finished (``id``, ``attempt``,
-  ``claimed_at`` and ``claim_expires_at`` from the claim's snapshot, on the database's
-  clock, as epoch seconds; ``end`` has ``outcome``: ``"returned"`` or ``"cancelled"``).
-- ``ack``, ``retry``, ``release``, ``dead``, ``lease_lost``, ``engine_error``: the
-  worker's own log records of those transitions (``id``, ``attempt``), written after the
-  store answered; ``draining``: it stopped claiming and waits for running handlers.
-  ``engine_error`` and ``pg`` (the engine's warnings, e.g. the LISTEN connection lost)
-  carry the log message, which never holds a payload.
+- ``pg``: a warning of the PostgreSQL engine (e.g. the LISTEN connection lost), with its
+  log message (never a payload).
 - ``stopped``: ``run()`` returned; ``stats`` is :meth:`Worker.statistics`.
 
 Every record has ``pid`` and ``t`` (``time.time()``, comparable across processes).
@@ -41,57 +49,63 @@ from typing import Any, TextIO
 import trio
 
 from alkstore_trio import Job, Worker, open_store
-
-#: The worker's log events written to the records (the rest are not needed).
-WORKER_EVENTS = frozenset(
-    {"ack", "retry", "release", "dead", "lease_lost", "engine_error", "draining"}
-)
+from alkstore_trio.testing import HistoryRecorder
 
 
 class Records:
-    """Appends one JSON object per line to a file, flushed per line."""
+    """Appends one JSON object per line to a stream, flushed per line."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, worker_id: str | None = None) -> None:
         self._stream = stream
         self._pid = os.getpid()
+        self.worker_id = worker_id
 
     def write(self, ev: str, **fields: Any) -> None:
         record = {"ev": ev, "pid": self._pid, "t": time.time(), **fields}
+        if self.worker_id is not None:
+            record.setdefault("worker_id", self.worker_id)
         self._stream.write(json.dumps(record) + "\n")
         self._stream.flush()
 
 
-class RecordingLogHandler(logging.Handler):
-    """Writes the worker's transition log records (and the engine's warnings)."""
+class EngineWarnings(logging.Handler):
+    """Writes the PostgreSQL engine's warnings as ``pg`` records."""
 
     def __init__(self, records: Records) -> None:
-        super().__init__(logging.DEBUG)
+        super().__init__(logging.WARNING)
         self._records = records
 
     def emit(self, record: logging.LogRecord) -> None:
-        event = getattr(record, "event", None)
-        if record.name == "alkstore_trio.worker" and event in WORKER_EVENTS:
-            fields: dict[str, Any] = {
-                "id": getattr(record, "job_id", None),
-                "attempt": getattr(record, "attempt", None),
-            }
-            if event == "engine_error":
-                fields["message"] = record.getMessage()
-            self._records.write(event, **fields)
-        elif record.name == "alkstore_trio.postgres" and record.levelno >= logging.WARNING:
-            self._records.write("pg", message=record.getMessage())
+        self._records.write("pg", message=record.getMessage())
+
+
+async def record_promptly(
+    recorder: HistoryRecorder, worker: Worker, *, task_status: trio.TaskStatus[None]
+) -> None:
+    """:meth:`HistoryRecorder.record_worker`, but writing every event waiting at each
+    wake-up: ``record_worker`` takes one event per scheduling step while one dispatcher
+    step may publish dozens (a batch of acks), so under load its file trails the worker by
+    hundreds of events, which a ``kill -9`` then loses. This keeps the lag to one step."""
+    with worker.events(buffer=None) as events:
+        task_status.started()
+        async for event in events:
+            recorder.record(event)
+            while True:
+                try:
+                    recorder.record(events.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
 
 
 def _epoch(value: Any) -> float | None:
     return None if value is None else value.timestamp()
 
 
-async def main(args: argparse.Namespace, records: Records) -> None:
-    handler_log = RecordingLogHandler(records)
-    for name in ("alkstore_trio.worker", "alkstore_trio.postgres"):
-        logger = logging.getLogger(name)
-        logger.addHandler(handler_log)
-        logger.setLevel(logging.INFO)
+async def main(args: argparse.Namespace, stream: TextIO) -> None:
+    records = Records(stream)
+    logger = logging.getLogger("alkstore_trio.postgres")
+    logger.addHandler(EngineWarnings(records))
+    logger.setLevel(logging.WARNING)
 
     async def handler(job: Job) -> None:
         fields = {
@@ -100,7 +114,8 @@ async def main(args: argparse.Namespace, records: Records) -> None:
             "claimed_at": _epoch(job.claimed_at),
             "claim_expires_at": _epoch(job.claim_expires_at),
         }
-        records.write("start", **fields)
+        if args.handler_records:
+            records.write("handler_start", **fields)
         outcome = "cancelled"
         sleep_s = args.sleep_s * (1 + args.sleep_jitter * random.uniform(-1, 1))
         if job.payload.startswith(b"sleep="):
@@ -109,7 +124,8 @@ async def main(args: argparse.Namespace, records: Records) -> None:
             await trio.sleep(sleep_s)
             outcome = "returned"
         finally:
-            records.write("end", outcome=outcome, **fields)
+            if args.handler_records:
+                records.write("handler_end", outcome=outcome, **fields)
 
     async with open_store(
         args.dsn,
@@ -118,6 +134,7 @@ async def main(args: argparse.Namespace, records: Records) -> None:
         pool_size=args.pool_size,
         connect_timeout_s=args.connect_timeout_s,
         application_name=args.app,
+        listen=args.listen,
     ) as store:
         worker = Worker(
             store,
@@ -125,22 +142,31 @@ async def main(args: argparse.Namespace, records: Records) -> None:
             concurrency=args.concurrency,
             poll_interval_s=args.poll_interval_s,
             shutdown_grace_s=args.shutdown_grace_s,
+            heartbeat_interval_s=args.heartbeat_interval_s,
+            sweep_interval_s=args.sweep_interval_s,
         )
+        records.worker_id = worker.worker_id
+        recorder = HistoryRecorder(stream, keep=False, time_base="wall")
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
+                # Subscribed before the worker runs: no event is missed. The recorder
+                # ends by itself after worker_stop.
+                await nursery.start(record_promptly, recorder, worker)
+                watcher = trio.CancelScope()
 
                 async def run_worker(*, task_status: trio.TaskStatus[None]) -> None:
                     await worker.run(task_status=task_status)
-                    nursery.cancel_scope.cancel()  # and the signal watcher with it
+                    watcher.cancel()  # the signal watcher stops with the worker
 
                 await nursery.start(run_worker)
+                records.write("ready", app=args.app)
                 stopping = False
-                records.write("ready", worker_id=worker.worker_id, app=args.app)
-                async for _ in signals:
-                    # The first signal stops gracefully; another one cuts the grace short
-                    # (cancels the running handlers at once and releases their jobs).
-                    worker.stop(grace_s=0 if stopping else None)
-                    stopping = True
+                with watcher:
+                    async for _ in signals:
+                        # The first signal stops gracefully; another one cuts the grace
+                        # short (cancels the running handlers at once, releases their jobs).
+                        worker.stop(grace_s=0 if stopping else None)
+                        stopping = True
         records.write("stopped", stats=dataclasses.asdict(worker.statistics()))
 
 
@@ -153,6 +179,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--app", required=True, help="application_name (unique per process)")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--poll-interval-s", type=float, default=1.0)
+    parser.add_argument("--heartbeat-interval-s", type=float, default=None)
+    parser.add_argument("--sweep-interval-s", type=float, default=60.0)
     parser.add_argument("--shutdown-grace-s", type=float, default=5.0)
     parser.add_argument("--sleep-s", type=float, default=0.0, help="each handler's sleep")
     parser.add_argument(
@@ -163,10 +191,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--pool-size", type=int, default=3)
     parser.add_argument("--connect-timeout-s", type=float, default=10.0)
+    parser.add_argument(
+        "--listen",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="open a LISTEN session (--no-listen: poll-only mode)",
+    )
+    parser.add_argument(
+        "--handler-records",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write handler_start/handler_end records",
+    )
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     arguments = parse_args()
-    with open(arguments.records, "a", encoding="utf-8") as stream:
-        trio.run(main, arguments, Records(stream))
+    with open(arguments.records, "a", encoding="utf-8") as output:
+        trio.run(main, arguments, output)

@@ -27,11 +27,20 @@ psycopg = pytest.importorskip("psycopg", reason="the fault tests need psycopg 3"
 from psycopg import sql as pgsql  # noqa: E402 - after importorskip
 
 from alkstore_trio import open_store  # noqa: E402
+from alkstore_trio.testing import (  # noqa: E402
+    FinalState,
+    HistoryReport,
+    check_history,
+    load_history,
+)
 
 WORKER_PROC = Path(__file__).with_name("_worker_proc.py")
 ROOT = Path(__file__).parents[2]
 #: The application_name of the tests' own sessions (not the workers').
 TEST_APP = "alkstore-trio-tests:faults"
+#: How much later than the store's answer a worker process may log an event on a loaded
+#: 2-core machine (the history checker's ``slack_s``, on wall time across processes).
+HISTORY_SLACK_S = 1.0
 
 
 async def wait_until(predicate, *, timeout_s, step_s=0.05, what="condition"):
@@ -80,9 +89,21 @@ class WorkerProc:
         return [r for r in self.records() if r["ev"] == ev]
 
     def in_flight(self) -> set[tuple[int, int]]:
-        """(id, attempt) of handlers started and not ended."""
-        started = {(r["id"], r["attempt"]) for r in self.events("start")}
-        return started - {(r["id"], r["attempt"]) for r in self.events("end")}
+        """(id, attempt) of handlers started and not ended (the handler's own records,
+        written synchronously: exact in the file of a stopped process)."""
+        started = {(r["id"], r["attempt"]) for r in self.events("handler_start")}
+        return started - {(r["id"], r["attempt"]) for r in self.events("handler_end")}
+
+    def rss_kib(self) -> int | None:
+        """The process's resident set size (KiB), or ``None`` once it is gone."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return None
 
     def stderr(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -168,7 +189,11 @@ class Fleet:
         argv = [sys.executable, str(WORKER_PROC), dsn or self.dsn, self.schema, queue, str(records)]
         argv += ["--app", app]
         for name, value in options.items():
-            argv += ["--" + name.replace("_", "-"), str(value)]
+            flag = name.replace("_", "-")
+            if isinstance(value, bool):  # --listen / --no-listen
+                argv.append(f"--{flag}" if value else f"--no-{flag}")
+            else:
+                argv += ["--" + flag, str(value)]
         with log.open("wb") as output:
             process = await trio.lowlevel.open_process(
                 argv,
@@ -197,6 +222,35 @@ class Fleet:
         text = query.replace("{schema}", pgsql.Identifier(self.schema).as_string())
         async with self.store.transaction() as tx:
             return await tx.fetch(text, params)
+
+    async def final_state(self) -> FinalState:
+        """The ids live and dead in the schema now (one query per table)."""
+        live = await self.fetch("SELECT id FROM {schema}.jobs")
+        dead = await self.fetch("SELECT id FROM {schema}.dead_jobs")
+        return FinalState.of(live=[i for (i,) in live], dead=[i for (i,) in dead])
+
+    async def check_history(
+        self,
+        enqueued,
+        *,
+        slack_s: float = HISTORY_SLACK_S,
+        removed=(),
+        procs: list[WorkerProc] | None = None,
+    ) -> HistoryReport:
+        """Check the merged records of ``procs`` (default: every process of the fleet)
+        against the schema's final state; raises with every violation, else returns the
+        report (print ``report.summary()``)."""
+        procs = self.procs if procs is None else procs
+        events = load_history([proc.records_path for proc in procs], time_base="wall")
+        report = check_history(
+            events,
+            enqueued=enqueued,
+            final=await self.final_state(),
+            removed=removed,
+            slack_s=slack_s,
+        )
+        report.assert_ok()
+        return report
 
 
 @pytest.fixture

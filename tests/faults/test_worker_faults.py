@@ -5,9 +5,12 @@ once; a worker killed with SIGKILL loses nothing (its leases lapse and the other
 its jobs); a lost LISTEN session only slows pickup down to the re-poll until the listener
 reconnects; SIGTERM drains and releases.
 
-Every worker is a ``_worker_proc.py`` process that writes its handler starts/ends and its
-transitions (ack, lease lost, release...) as JSON lines; the tests compare those records
-with the database. Waits are conditions with deadlines, never sleeps. Figures measured on
+Every worker is a ``_worker_proc.py`` process that writes its events (claim, heartbeat,
+ack, lease lost, release...: the history checker's records) and its handlers' own
+start/end lines as JSON lines; the tests compare those records with the database, and
+every test runs the history checker (:func:`alkstore_trio.testing.check_history`) on them:
+no handout twice, no overlapping valid leases, no stale operation accepted, nothing
+missing. Waits are conditions with deadlines, never sleeps. Figures measured on
 the way are printed (``pytest -s`` shows them).
 """
 
@@ -18,6 +21,7 @@ from collections import Counter, defaultdict
 
 import pytest
 import trio
+from _proxy import Proxy
 
 from alkstore_trio import QueueOpts
 
@@ -36,8 +40,8 @@ def runs_by_job(procs) -> dict[int, list[dict]]:
     claim_expires_at, outcome."""
     runs: dict[int, list[dict]] = defaultdict(list)
     for proc in procs:
-        ends = {(r["id"], r["attempt"]): r for r in proc.events("end")}
-        for start in proc.events("start"):
+        ends = {(r["id"], r["attempt"]): r for r in proc.events("handler_end")}
+        for start in proc.events("handler_start"):
             end = ends.get((start["id"], start["attempt"]))
             runs[start["id"]].append(
                 {
@@ -111,6 +115,7 @@ async def test_r8_kill9_one_of_three_workers_draining_10000_jobs(pg_dsn, schema,
             proc.terminate()
         for proc in survivors:
             assert await proc.wait_exit() == 0, proc.stderr()
+        report = await fleet.check_history(ids)
 
     runs = runs_by_job(procs)
     handouts = Counter((job_id, run["attempt"]) for job_id, rs in runs.items() for run in rs)
@@ -145,14 +150,16 @@ async def test_r8_kill9_one_of_three_workers_draining_10000_jobs(pg_dsn, schema,
 
     # None lost: every job was acked by a record, except the victim's jobs whose ack
     # was applied in the instant before the kill (their handler had returned, nobody
-    # ran them again, and the database shows them gone).
+    # ran them again, and the database shows them gone): at most the batch of acks in
+    # flight at the stop and the batch logged just before but not yet written (events
+    # are written by a task of their own, one scheduling step behind).
     unlogged = set(ids) - set(acks)
     for job_id in unlogged:
         (run,) = runs[job_id]
         assert run["pid"] == victim.pid
         assert run["outcome"] == "returned"
         assert (job_id, run["attempt"]) in victim_unacked
-    assert len(unlogged) <= concurrency
+    assert len(unlogged) <= 2 * concurrency
 
     # Every second run is explained: the victim's unacked claims, or a claim its holder
     # lost (a survivor starved past its lease on a loaded machine; logged).
@@ -183,7 +190,8 @@ async def test_r8_kill9_one_of_three_workers_draining_10000_jobs(pg_dsn, schema,
         f"{len(unlogged)} acked in the instant before the kill); reruns {len(rerun)}, "
         f"lease losses logged {len(lost)}; reclaim after kill min "
         f"{min(reclaim_delays):.2f}s max {max(reclaim_delays):.2f}s (bound {bound_s:g}s: "
-        f"visibility {DRAIN_VT_S:g} + poll {DRAIN_POLL_S:g} + slack {RECLAIM_SLACK_S:g})"
+        f"visibility {DRAIN_VT_S:g} + poll {DRAIN_POLL_S:g} + slack {RECLAIM_SLACK_S:g}); "
+        f"history: {report.summary()}"
     )
 
 
@@ -207,8 +215,9 @@ async def test_r7_sigterm_drains_and_releases(pg_dsn, schema, open_fleet):
         )
         assert rows == [(job_id, "pending", 1, "worker stopped", None) for job_id in long]
         assert await fleet.count("dead_jobs") == 0
+        report = await fleet.check_history(short + long)
 
-    ends = {r["id"]: r for r in worker.events("end")}
+    ends = {r["id"]: r for r in worker.events("handler_end")}
     assert {job_id: ends[job_id]["outcome"] for job_id in short + long} == {
         **dict.fromkeys(short, "returned"),
         **dict.fromkeys(long, "cancelled"),
@@ -223,7 +232,10 @@ async def test_r7_sigterm_drains_and_releases(pg_dsn, schema, open_fleet):
     (stopped,) = worker.events("stopped")
     assert (stopped["stats"]["acked"], stopped["stats"]["released"]) == (2, 3)
     assert stopped["stats"]["in_flight"] == 0
-    print(f"\nSIGTERM with a {grace_s:g}s grace: process exited after {exited_s:.2f}s")
+    print(
+        f"\nSIGTERM with a {grace_s:g}s grace: process exited after {exited_s:.2f}s; "
+        f"history: {report.summary()}"
+    )
 
 
 async def test_r7_a_second_sigterm_cancels_at_once_and_releases(pg_dsn, schema, open_fleet):
@@ -247,9 +259,15 @@ async def test_r7_a_second_sigterm_cancels_at_once_and_releases(pg_dsn, schema, 
             "SELECT id, state, attempts, last_error, claimed_by FROM {schema}.jobs ORDER BY id"
         )
         assert rows == [(job_id, "pending", 1, "worker stopped", None) for job_id in ids]
-    assert {r["id"]: r["outcome"] for r in worker.events("end")} == dict.fromkeys(ids, "cancelled")
+        report = await fleet.check_history(ids)
+    assert {r["id"]: r["outcome"] for r in worker.events("handler_end")} == dict.fromkeys(
+        ids, "cancelled"
+    )
     assert {r["id"] for r in worker.events("release")} == set(ids)
-    print(f"\nsecond SIGTERM (grace 600s): process exited {exited_s:.2f}s after it")
+    print(
+        f"\nsecond SIGTERM (grace 600s): process exited {exited_s:.2f}s after it; "
+        f"history: {report.summary()}"
+    )
 
 
 async def listen_pids(fleet, app: str) -> list[int]:
@@ -259,40 +277,6 @@ async def listen_pids(fleet, app: str) -> list[int]:
         [app + ":listen"],
     )
     return [pid for (pid,) in rows]
-
-
-class Proxy:
-    """A TCP forwarder to the server that can refuse new connections (``refusing``),
-    standing for a database the worker cannot reach again for a while."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.refusing = False
-        self.refused = 0
-
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.serve_listeners(self._forward, listeners)
-
-    async def _forward(self, client: trio.SocketStream) -> None:
-        async with client:
-            if self.refusing:
-                self.refused += 1
-                return
-            server = await trio.open_tcp_stream(self.host, self.port)
-            async with server, trio.open_nursery() as nursery:
-
-                async def pump(source, sink):
-                    try:
-                        while data := await source.receive_some(1 << 16):
-                            await sink.send_all(data)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                    nursery.cancel_scope.cancel()  # one side ended: end both
-
-                nursery.start_soon(pump, client, server)
-                nursery.start_soon(pump, server, client)
 
 
 async def test_r3_listener_session_killed_worker_still_picks_up_within_poll_interval(
@@ -307,12 +291,17 @@ async def test_r3_listener_session_killed_worker_still_picks_up_within_poll_inte
         worker = await fleet.spawn("ping", dsn=proxied, poll_interval_s=poll_s, pool_size=2)
         queue = fleet.store.queue("ping")
 
+        enqueued: list[int] = []
+
         async def pickup_s() -> float:
             """Enqueue one job; seconds until its handler started."""
             enqueued_at = time.time()
             job_id = await queue.enqueue(b"p")
+            enqueued.append(job_id)
             start = await fleet.wait_until(
-                lambda: next((r for r in worker.events("start") if r["id"] == job_id), None),
+                lambda: next(
+                    (r for r in worker.events("handler_start") if r["id"] == job_id), None
+                ),
                 timeout_s=poll_s + 10,
                 step_s=0.02,
                 what=f"job {job_id} to start",
@@ -355,11 +344,19 @@ async def test_r3_listener_session_killed_worker_still_picks_up_within_poll_inte
         assert worker.process.poll() is None
         messages = [r["message"] for r in worker.events("pg")]
         assert any("wake listener connection lost" in m for m in messages), messages
+
+        async def all_acked():
+            return await fleet.count("jobs") == 0
+
+        await fleet.wait_until(all_acked, timeout_s=30, what="every job acked")
+        report = await fleet.check_history(enqueued)
+        assert report.acked == len(enqueued)
         nursery.cancel_scope.cancel()
 
     print(
         f"\nlistener killed (poll {poll_s:g}s): pickups before "
         f"{[round(x, 3) for x in before]}s, without a listener "
         f"{[round(x, 3) for x in during]}s, after it reconnected ({reconnect_s:.2f}s after "
-        f"the database was reachable again) {[round(x, 3) for x in after]}s"
+        f"the database was reachable again) {[round(x, 3) for x in after]}s; "
+        f"history: {report.summary()}"
     )
