@@ -266,6 +266,14 @@ class HistoryRecorder:
             task_status.started()
             async for event in events:
                 self.record(event)
+                # One dispatcher step can publish dozens of events; write all that are
+                # waiting now, so the record never falls behind the worker (a process
+                # killed mid-run then loses at most the events of its last step).
+                while True:
+                    try:
+                        self.record(events.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
 
     def check(
         self,
