@@ -69,6 +69,10 @@ logger = logging.getLogger("alkstore_trio.worker")
 ERROR_MAX_CHARS: Final = v.ERROR_MAX_CHARS
 #: The ``last_error`` of jobs released by a stopping worker.
 WORKER_STOPPED: Final = "worker stopped"
+#: The ``last_error`` of a job given back because its handler was stopped at the lease's
+#: deadline (no renewal got through in time) and a late renewal then showed the claim
+#: was still held.
+LEASE_UNCERTAIN: Final = "handler stopped: the claim could not be renewed in time"
 #: How long the shielded finalization may spend releasing jobs after the grace period.
 _FINALIZE_TIMEOUT_S: Final = 30.0
 #: Backoff between attempts to apply an outcome while stopping (capped).
@@ -807,11 +811,17 @@ class Worker:
                 self._slots.discard(slot)
                 continue
             if outcome.kind == "lapsed":
-                # R6/R8: no renewal got through before the lease ran out (the store was
-                # unreachable); another worker may hold the job now.
-                self._lose(slot, "its lease ran out: no renewal got through in time")
-                self._slots.discard(slot)
-                continue
+                if slot.scope.deadline > trio.current_time():
+                    # A renewal sent before the deadline was accepted after the handler
+                    # had been stopped: the claim is still ours, so give the job back
+                    # now rather than leave an unused lease for a visibility timeout.
+                    outcome = _Outcome(slot, "release", LEASE_UNCERTAIN, 0.0)
+                else:
+                    # R6/R8: no renewal got through before the lease ran out (the store
+                    # was unreachable); another worker may hold the job now.
+                    self._lose(slot, "its lease ran out: no renewal got through in time")
+                    self._slots.discard(slot)
+                    continue
             if outcome.kind == "cancelled":
                 # The dispatcher cancelled the job actor: the lease was lost (handled
                 # above) or the worker is stopping and the grace period ran out.
@@ -918,7 +928,7 @@ class Worker:
         elif outcome.kind == "release":
             self._counts["released"] += 1
             self._log(
-                logging.INFO, "release", job, "released (%s)", WORKER_STOPPED, error=WORKER_STOPPED
+                logging.INFO, "release", job, "released (%s)", outcome.error, error=outcome.error
             )
         else:
             self._counts["retried"] += 1

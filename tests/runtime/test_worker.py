@@ -1229,3 +1229,32 @@ async def test_r6_renewals_push_the_lease_deadline_so_long_handlers_run_to_the_e
     assert now() == approx(200.0)
     assert handler.cancelled == []
     assert await queue.get_job(job_id) is None
+
+
+async def test_r6_a_late_accepted_renewal_after_the_deadline_gives_the_job_back(
+    autojump_clock, store, monkeypatch
+):
+    """A renewal sent before the lease's deadline is answered only after the handler was
+    stopped at that deadline, and accepted: the claim is still the worker's, so the job
+    is released at once instead of sitting on an unused lease."""
+    from alkstore_trio import Queue
+    from alkstore_trio._runtime._worker import LEASE_UNCERTAIN
+
+    real = Queue.heartbeat_handles
+
+    async def slow_network(self, handles, extend_s=None):
+        renewed = await real(self, handles, extend_s)  # applied at 10: lease until 40
+        await trio.sleep(25)  # ...but the answer arrives at 35, after the deadline (30)
+        return renewed
+
+    monkeypatch.setattr(Queue, "heartbeat_handles", slow_network)
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder(forever)
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().released == 1)
+    assert handler.cancelled == [(job_id, approx(30.0))]
+    job = await queue.get_job(job_id)
+    assert (job.state, job.attempts, job.last_error) == ("pending", 1, LEASE_UNCERTAIN)
+    assert worker.statistics().lease_lost == 0
