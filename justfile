@@ -33,6 +33,10 @@ fmt:
 bench *ARGS:
     pytest tests/benchmarks tests/benchmarks/bench_driver.py -m bench -s {{ARGS}}
 
+# Build the documentation site into site/ (git-ignored); any warning is an error.
+docs:
+    NO_MKDOCS_2_WARNING=1 mkdocs build --strict
+
 # Long soaks and slow tests.
 slow *ARGS:
     pytest -m slow {{ARGS}}

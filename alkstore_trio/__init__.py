@@ -20,6 +20,8 @@ import logging as _logging
 from ._core import Job as Job
 from ._core import JobState as JobState
 from ._core import QueueOpts as QueueOpts
+from ._core import QueueStats as QueueStats
+from ._core import StoreStats as StoreStats
 from ._core import SweepResult as SweepResult
 from ._engines._wake import WakeListener as WakeListener
 from ._errors import AlkstoreError as AlkstoreError

@@ -23,15 +23,21 @@ second or third stop signal).
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
+import json
 import logging
 import math
 import os
 import sys
+from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Final, NoReturn
 
 import trio
 
 from . import __version__
+from ._core import Job, QueueOpts, StoreStats
 from ._core import _validate as v
 from ._demo import format_summary, run_demo
 from ._errors import AlkstoreError, EngineError, InvalidArgument, SchemaError
@@ -47,7 +53,7 @@ from ._worker_cli import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from ._engines._postgres._driver import Connection
@@ -277,6 +283,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     )
     migrate.set_defaults(run=_migrate, usage_error=migrate.error)
     _add_worker_command(commands, env)
+    _add_operator_commands(commands, env)
     return parser
 
 
@@ -348,6 +355,14 @@ def _add_worker_command(
         type=_positive_seconds,
         default=10.0,
         help="PostgreSQL: give up connecting after this many seconds (default 10)",
+    )
+    worker.add_argument(
+        "--no-listen",
+        dest="listen",
+        action="store_false",
+        help="PostgreSQL: open no LISTEN session and find new jobs by re-polling every "
+        "--poll-interval-s (behind a transaction-pooling proxy such as PgBouncer in "
+        "transaction mode, where LISTEN does not work)",
     )
     worker.add_argument(
         "--queue",
@@ -576,6 +591,7 @@ async def _worker(args: argparse.Namespace) -> int:
             schema=schema,
             connect_timeout_s=args.connect_timeout,
             application_name=WORKER_APPLICATION_NAME,
+            listen=args.listen,
         )
 
     options = {
@@ -627,6 +643,800 @@ def _setup_worker(args: argparse.Namespace) -> None:
     )
 
 
+# -- operator commands ---------------------------------------------------------------
+#
+# stats, jobs show/list, dead list/requeue/purge, enqueue, cancel, sweep: each opens a
+# PostgreSQL store (no LISTEN session, a pool of two connections), runs library calls
+# (Store.stats, Store.get_job, Queue.list_jobs, Queue.requeue_dead, Queue.purge_dead,
+# Queue.enqueue, Queue.cancel, Queue.sweep_expired) and prints the result. Exit status:
+# 0 done, 1 the command ran and failed (cannot connect, no such job, nothing to
+# cancel), 2 usage error (including values the library rejects as InvalidArgument).
+
+#: ``pg_stat_activity.application_name`` of the operator commands' connections.
+OPERATOR_APPLICATION_NAME: Final = "alkstore-trio cli"
+#: How many leading payload bytes ``jobs show`` previews as hex when they are not text.
+PREVIEW_BYTES: Final = 64
+#: How many characters of a text payload ``jobs show`` previews.
+PREVIEW_CHARS: Final = 400
+#: Terminal control: cursor home, then clear to the end of the screen.
+_HOME_AND_CLEAR: Final = "\x1b[H\x1b[J"
+#: How many jobs the ``dead list`` and ``jobs list`` commands show by default.
+DEFAULT_LIST_LIMIT: Final = 50
+
+
+class UsageProblem(Exception):
+    """Raised inside an operator command when the library rejects a value of the command
+    line (InvalidArgument): one line on stderr and status 2, like argparse's errors."""
+
+
+def _queue_name(text: str) -> str:
+    """An argparse ``type`` for ``--queue``: the rule of ``store.queue(name)``."""
+    try:
+        return v.check_queue_name(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("queue name ", "", 1)) from None
+
+
+def _job_id(text: str) -> int:
+    """An argparse ``type`` for a job id: an int in 1..2**63-1 (ids start at 1)."""
+    return _int_in(1, v.JOB_ID_MAX)(text)
+
+
+def _signed_seconds(text: str) -> float:
+    """An argparse ``type`` for ``--delay-s``: finite seconds, at most 100 years either
+    way (a negative delay means now, as in ``Queue.enqueue``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not abs(value) <= v.DURATION_MAX_S:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds (at most 100 years), got {text!r}"
+        )
+    return value
+
+
+def _payload_json(text: str) -> bytes:
+    """An argparse ``type`` for ``--payload-json``: valid JSON, stored as given (UTF-8).
+    The text is not echoed back: it may hold secrets."""
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        line, col = getattr(exc, "lineno", "?"), getattr(exc, "colno", "?")
+        raise argparse.ArgumentTypeError(
+            f"is not valid JSON (line {line}, column {col}); quote it for the shell, e.g. "
+            """--payload-json '{"to": "ada@example.com"}'"""
+        ) from None
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _payload_file(text: str) -> bytes:
+    """An argparse ``type`` for ``--payload-file``: the file's bytes (``-``: stdin)."""
+    if text == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(text, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r}: {exc.strerror or type(exc).__name__}; check the path"
+        ) from None
+
+
+def _add_operator_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
+) -> None:
+    epilog = (
+        f"environment: {DSN_ENV} is the default of --dsn and {SCHEMA_ENV} the default of "
+        "--schema. Exit status: 0 done, 1 failed (cannot connect, no such job, nothing "
+        "to do where something was asked), 2 usage error."
+    )
+
+    def command(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        run: Callable[[argparse.Namespace], Awaitable[int]],
+        *,
+        title: str,
+        help: str,
+        description: str,
+    ) -> argparse.ArgumentParser:
+        parser = parent.add_parser(name, help=help, description=description, epilog=epilog)
+        _add_store_options(
+            parser, env, dsn_type=_dsn, dsn_what="a postgresql:// URL or a libpq conninfo"
+        )
+        parser.add_argument(
+            "--connect-timeout",
+            metavar="SECONDS",
+            type=_positive_seconds,
+            default=10.0,
+            help="give up connecting after this many seconds (default 10)",
+        )
+        parser.set_defaults(run=run, usage_error=parser.error, title=title)
+        return parser
+
+    stats = command(
+        commands,
+        "stats",
+        _stats,
+        title="stats",
+        help="show each queue's pending, processing and dead jobs (--watch to follow)",
+        description=(
+            "Per queue: pending jobs ready to run and delayed, processing jobs and how "
+            "many of them lapsed (reclaimable), dead jobs, and how long the oldest ready "
+            "job has waited, all at one instant of the database clock. With --watch the "
+            "table is refreshed every --interval seconds (in place on a terminal, as "
+            "successive blocks otherwise) with the jobs finished per minute across the "
+            "store, derived from two successive readings (acked, cancelled and purged "
+            "jobs; see D23). Stop it with Ctrl-C."
+        ),
+    )
+    stats.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+    stats.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    stats.add_argument(
+        "--interval",
+        metavar="S",
+        type=_positive_seconds,
+        default=2.0,
+        help="seconds between refreshes with --watch (default 2)",
+    )
+    stats.add_argument(
+        "--count",
+        metavar="N",
+        type=_int_in(1, 10**9),
+        default=None,
+        help="with --watch, stop after N readings (default: until Ctrl-C)",
+    )
+    stats.add_argument(
+        "--json", action="store_true", help="print JSON (one object per reading with --watch)"
+    )
+
+    jobs = commands.add_parser(
+        "jobs", help="show one job or list a queue's jobs", description="Inspect jobs."
+    )
+    jobs_commands = jobs.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    jobs_commands.required = True
+    show = command(
+        jobs_commands,
+        "show",
+        _jobs_show,
+        title="jobs show",
+        help="show one job, live or dead, by id",
+        description=(
+            "Show every field of the job with this id, whatever its queue. The payload is "
+            "shown as its size and a safe preview: JSON or text as text (cut after "
+            f"{PREVIEW_CHARS} characters), other bytes as hex of the first {PREVIEW_BYTES}. "
+            "--payload writes the raw payload bytes to stdout instead, and nothing else."
+        ),
+    )
+    show.add_argument("job_id", metavar="ID", type=_job_id, help="the job's id")
+    show.add_argument(
+        "--payload", action="store_true", help="write only the raw payload bytes to stdout"
+    )
+    show.add_argument("--json", action="store_true", help="print the job as JSON")
+    listing = command(
+        jobs_commands,
+        "list",
+        _jobs_list,
+        title="jobs list",
+        help="list a queue's pending, processing or dead jobs, by id",
+        description=(
+            "List a queue's jobs in one state, oldest id first, one line each. "
+            "--after-id pages: pass the last id shown."
+        ),
+    )
+    listing.add_argument("--queue", metavar="Q", type=_queue_name, required=True)
+    listing.add_argument(
+        "--state", required=True, choices=("pending", "processing", "dead"), help="which jobs"
+    )
+    _add_list_options(listing)
+
+    dead = commands.add_parser(
+        "dead",
+        help="list, redrive (requeue) or purge dead jobs",
+        description="Work the dead-letter queue.",
+    )
+    dead_commands = dead.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    dead_commands.required = True
+    dead_list = command(
+        dead_commands,
+        "list",
+        _dead_list,
+        title="dead list",
+        help="list dead jobs (of every queue, or of --queue)",
+        description=(
+            "List dead jobs, oldest id first, with when they died and why "
+            "(their last_error). Without --queue, every queue with dead jobs, in turn."
+        ),
+    )
+    dead_list.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+    _add_list_options(dead_list)
+    requeue = command(
+        dead_commands,
+        "requeue",
+        _dead_requeue,
+        title="dead requeue",
+        help="redrive dead jobs: back to pending, attempts reset",
+        description=(
+            "Move dead jobs back to pending, ready now, with their attempts reset to 0 "
+            "(D24), and wake the queue's workers. Name the jobs by id, or --all for every "
+            "dead job (of --queue, or of every queue). Each queue's jobs move in one "
+            "transaction. Ids that are not dead jobs (of --queue, when given) are "
+            "reported and skipped."
+        ),
+    )
+    requeue.add_argument("job_ids", metavar="ID", type=_job_id, nargs="*", help="job ids")
+    requeue.add_argument("--all", action="store_true", help="every dead job")
+    requeue.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+    purge = command(
+        dead_commands,
+        "purge",
+        _dead_purge,
+        title="dead purge",
+        help="delete dead jobs for good (all, or those older than --older-than)",
+        description=(
+            "Delete dead jobs for good (D25): those that died more than --older-than "
+            "seconds ago, or every one. Of --queue, or of every queue (one transaction "
+            "per queue)."
+        ),
+    )
+    purge.add_argument(
+        "--older-than",
+        metavar="S",
+        type=_seconds(zero_ok=True),
+        default=None,
+        help="only jobs dead for more than S seconds (default: every dead job)",
+    )
+    purge.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+
+    enqueue = command(
+        commands,
+        "enqueue",
+        _enqueue,
+        title="enqueue",
+        help="enqueue one job (payload from --payload-json or --payload-file)",
+        description=(
+            "Enqueue one job with the default stamps (visibility timeout 300 s, 3 "
+            "attempts, backoff base 5 s) and print its id."
+        ),
+    )
+    enqueue.add_argument("--queue", metavar="Q", type=_queue_name, required=True)
+    payload = enqueue.add_mutually_exclusive_group(required=True)
+    payload.add_argument(
+        "--payload-json",
+        metavar="JSON",
+        dest="payload",
+        type=_payload_json,
+        help="the payload: a JSON text, stored as UTF-8",
+    )
+    payload.add_argument(
+        "--payload-file",
+        metavar="FILE",
+        dest="payload",
+        type=_payload_file,
+        help="the payload: the bytes of FILE (- for stdin)",
+    )
+    enqueue.add_argument(
+        "--priority",
+        metavar="N",
+        type=_int_in(v.PRIORITY_MIN, v.PRIORITY_MAX),
+        default=0,
+        help="larger runs first (32-bit; default 0)",
+    )
+    enqueue.add_argument(
+        "--delay-s",
+        metavar="S",
+        type=_signed_seconds,
+        default=None,
+        help="run no earlier than S seconds from now (default: now)",
+    )
+    enqueue.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=_int_in(1, v.MAX_ATTEMPTS_MAX),
+        default=None,
+        help="claims before the job is dead-lettered (default 3)",
+    )
+
+    cancel = command(
+        commands,
+        "cancel",
+        _cancel,
+        title="cancel",
+        help="delete a pending or processing job",
+        description=(
+            "Delete the live job with this id (Q7). A worker running it is not "
+            "interrupted: its ack, retry or fail is refused. Exit status 1 when there is "
+            "no live job with this id (dead jobs are purged with 'dead purge')."
+        ),
+    )
+    cancel.add_argument("job_id", metavar="ID", type=_job_id, help="the job's id")
+
+    sweep = command(
+        commands,
+        "sweep",
+        _sweep,
+        title="sweep",
+        help="dead-letter expired jobs (and, with --retention-s, purge old dead jobs)",
+        description=(
+            "Run the sweep (Q9) of --queue, or of every queue with jobs: live jobs whose "
+            "expires_at passed move to dead ('expired'); with --retention-s, dead jobs "
+            "older than that are deleted."
+        ),
+    )
+    sweep.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+    sweep.add_argument(
+        "--retention-s",
+        metavar="S",
+        type=_seconds(zero_ok=True),
+        default=None,
+        help="also delete dead jobs dead for more than S seconds (default: keep them)",
+    )
+
+
+def _add_list_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit",
+        metavar="N",
+        type=_int_in(1, 1000),
+        default=DEFAULT_LIST_LIMIT,
+        help=f"show at most N jobs (1-1000, default {DEFAULT_LIST_LIMIT})",
+    )
+    parser.add_argument(
+        "--after-id", metavar="ID", type=_job_id, default=None, help="only ids above ID"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object per job")
+
+
+@asynccontextmanager
+async def _operator_store(args: argparse.Namespace) -> AsyncIterator[Store]:
+    """Open the store of ``--dsn``/``--schema`` for one operator command; connection and
+    schema failures become one line (password masked) with the fix."""
+    dsn: str = args.dsn
+    try:
+        import psycopg  # noqa: F401 - only to report its absence here
+
+        from ._engines._postgres import _backend
+    except ImportError as exc:
+        raise CommandFailed(
+            f"this command needs psycopg 3 ({exc}); install the postgres extra: "
+            "pip install 'alkstore_trio[postgres]'"
+        ) from None
+    password = _password_of(dsn)
+    where = f"{_backend.redact_dsn(dsn)} schema {args.schema!r}"
+    try:
+        async with open_store(
+            dsn,
+            schema=args.schema,
+            pool_size=2,
+            connect_timeout_s=args.connect_timeout,
+            application_name=OPERATOR_APPLICATION_NAME,
+            listen=False,
+        ) as store:
+            yield store
+    except SchemaError as exc:
+        raise CommandFailed(_one_line(exc, password)) from None
+    except EngineError as exc:
+        raise CommandFailed(
+            f"{_one_line(exc, password)} ({where}); check --dsn (or {DSN_ENV}) and that "
+            "the server is running"
+        ) from None
+    except InvalidArgument as exc:
+        raise UsageProblem(_one_line(exc, password)) from None
+
+
+def _print(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def _iso(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+    """Columns padded to their widest cell; ``align`` has one letter per column, ``l``
+    (text) or ``r`` (numbers)."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [
+            cell.rjust(width) if side == "r" else cell.ljust(width)
+            for cell, width, side in zip(row, widths, align, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+# -- stats ---------------------------------------------------------------------------
+
+
+def _gone(stats: StoreStats) -> int:
+    """D23: rows that left the store so far (acked, cancelled, purged, rolled back)."""
+    return stats.ids_issued - sum(entry.live + entry.dead for entry in stats.queues)
+
+
+def _finished_per_min(before: StoreStats | None, after: StoreStats) -> float | None:
+    """D23: jobs finished per minute between two readings, store-wide."""
+    if before is None:
+        return None
+    elapsed = (after.now - before.now).total_seconds()
+    if elapsed <= 0:
+        return None
+    return max(0, _gone(after) - _gone(before)) * 60 / elapsed
+
+
+def _stats_lines(
+    stats: StoreStats, queue: str | None, rate: float | None, watch: bool
+) -> list[str]:
+    entries = [e for e in stats.queues if queue is None or e.queue == queue]
+    lines = [f"alkstore-trio stats at {_iso(stats.now)} (database clock)"]
+    if not entries:
+        lines.append("no jobs in any queue" if queue is None else f"queue {queue!r}: no jobs")
+    else:
+        header = ["QUEUE", "READY", "DELAYED", "PROCESSING", "RECLAIMABLE", "DEAD", "OLDEST READY"]
+        rows = [
+            [
+                e.queue,
+                str(e.pending_ready),
+                str(e.pending_delayed),
+                str(e.processing),
+                str(e.reclaimable),
+                str(e.dead),
+                _age(e.oldest_ready_age_s),
+            ]
+            for e in entries
+        ]
+        lines += _table(header, rows, "lrrrrrr")
+    if watch:
+        shown = "measuring…" if rate is None else f"{rate:.1f}"
+        lines.append(f"finished per minute (store-wide: acked, cancelled, purged): {shown}")
+    return lines
+
+
+def _stats_json(stats: StoreStats, queue: str | None, rate: float | None) -> str:
+    entries = [e for e in stats.queues if queue is None or e.queue == queue]
+    return json.dumps(
+        {
+            "now": _iso(stats.now),
+            "ids_issued": stats.ids_issued,
+            "finished_per_min": None if rate is None else round(rate, 3),
+            "queues": [
+                {
+                    "queue": e.queue,
+                    "pending_ready": e.pending_ready,
+                    "pending_delayed": e.pending_delayed,
+                    "processing": e.processing,
+                    "reclaimable": e.reclaimable,
+                    "dead": e.dead,
+                    "oldest_ready_age_s": e.oldest_ready_age_s,
+                }
+                for e in entries
+            ],
+        }
+    )
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    queue: str | None = args.queue
+    async with _operator_store(args) as store:
+        if not args.watch:
+            stats = await store.stats(queue)
+            if args.json:
+                _print(_stats_json(stats, queue, None))
+            else:
+                for line in _stats_lines(stats, queue, None, watch=False):
+                    _print(line)
+            return EXIT_OK
+        in_place = sys.stdout.isatty() and not args.json
+        before: StoreStats | None = None
+        readings = 0
+        while True:
+            # The rate needs store-wide totals: read every queue, show the one asked for.
+            stats = await store.stats()
+            if queue is not None and stats.queue(queue) is None:
+                stats = dataclasses.replace(stats, queues=(await store.stats(queue)).queues)
+            rate = _finished_per_min(before, stats)
+            if args.json:
+                _print(_stats_json(stats, queue, rate))
+            else:
+                lines = _stats_lines(stats, queue, rate, watch=True)
+                if in_place:
+                    sys.stdout.write(_HOME_AND_CLEAR + "\n".join(lines) + "\n")
+                    sys.stdout.flush()
+                else:
+                    _print("\n".join(lines) + "\n")
+            readings += 1
+            if args.count is not None and readings >= args.count:
+                return EXIT_OK
+            before = stats
+            await trio.sleep(args.interval)
+
+
+# -- jobs ----------------------------------------------------------------------------
+
+
+def _preview(payload: bytes) -> tuple[str, str]:
+    """The payload's kind (``json``, ``text`` or ``binary``) and a safe one-line preview:
+    JSON on one line and text with its control characters escaped, both cut after
+    ``PREVIEW_CHARS`` characters; anything else as hex of its first ``PREVIEW_BYTES``
+    bytes. Nothing raw reaches the terminal."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        try:
+            json.loads(text)
+        except ValueError:
+            kind = "text"
+        else:
+            kind = "json"
+        if kind == "json" or all(c.isprintable() or c in "\t\r\n" for c in text):
+            flat = " ".join(text.split()) if kind == "json" else text
+            if not flat.isprintable():
+                flat = json.dumps(flat, ensure_ascii=False)[1:-1]  # \n, \t, \u0007 …
+            cut = flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "…"
+            return kind, cut
+    head = payload[:PREVIEW_BYTES].hex(" ")
+    more = " …" if len(payload) > PREVIEW_BYTES else ""
+    return "binary", head + more
+
+
+def _job_dict(job: Job) -> dict[str, object]:
+    kind, _ = _preview(job.payload)
+    out: dict[str, object] = {
+        field.name: getattr(job, field.name)
+        for field in dataclasses.fields(job)
+        if field.name != "payload"
+    }
+    for name, value in out.items():
+        if isinstance(value, datetime):
+            out[name] = _iso(value)
+    out["payload_size"] = len(job.payload)
+    out["payload_kind"] = kind
+    out["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
+    return out
+
+
+async def _jobs_show(args: argparse.Namespace) -> int:
+    async with _operator_store(args) as store:
+        job = await store.get_job(args.job_id)
+    if job is None:
+        raise CommandFailed(
+            f"no job {args.job_id}: it was never enqueued, or it was acked, cancelled or "
+            "purged (finished jobs leave no row)"
+        )
+    if args.payload:
+        sys.stdout.buffer.write(job.payload)
+        sys.stdout.buffer.flush()
+        return EXIT_OK
+    if args.json:
+        _print(json.dumps(_job_dict(job)))
+        return EXIT_OK
+    kind, preview = _preview(job.payload)
+    fields = [
+        ("id", str(job.id)),
+        ("queue", job.queue),
+        ("state", job.state),
+        ("priority", str(job.priority)),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("run_at", _iso(job.run_at)),
+        ("enqueued_at", _iso(job.enqueued_at)),
+        ("expires_at", _iso(job.expires_at)),
+        ("visibility_timeout_s", f"{job.visibility_timeout_s:g}"),
+        ("backoff_base_s", f"{job.backoff_base_s:g}"),
+        ("claimed_by", job.claimed_by or "-"),
+        ("claimed_at", _iso(job.claimed_at)),
+        ("claim_expires_at", _iso(job.claim_expires_at)),
+        ("last_error", "-" if job.last_error is None else " ".join(job.last_error.split())),
+        ("died_at", _iso(job.died_at)),
+        ("payload", f"{len(job.payload)} bytes, {kind}"),
+        ("preview", preview or "(empty)"),
+    ]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        _print(f"{name.ljust(width)}  {value}")
+    return EXIT_OK
+
+
+def _print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
+    if as_json:
+        for job in jobs:
+            _print(json.dumps(_job_dict(job)))
+        return
+    if not jobs:
+        return
+    if dead:
+        header = ["ID", "QUEUE", "ATTEMPTS", "DIED AT", "LAST ERROR"]
+        rows = [
+            [
+                str(job.id),
+                job.queue,
+                f"{job.attempts}/{job.max_attempts}",
+                _iso(job.died_at),
+                _cut(job.last_error),
+            ]
+            for job in jobs
+        ]
+    else:
+        header = ["ID", "QUEUE", "STATE", "PRIORITY", "ATTEMPTS", "RUN AT", "CLAIMED BY"]
+        rows = [
+            [
+                str(job.id),
+                job.queue,
+                job.state,
+                str(job.priority),
+                f"{job.attempts}/{job.max_attempts}",
+                _iso(job.run_at),
+                job.claimed_by or "-",
+            ]
+            for job in jobs
+        ]
+    for line in _table(header, rows, "rllll" if dead else "rllrrll"):
+        _print(line)
+
+
+def _cut(text: str | None, limit: int = 80) -> str:
+    if text is None:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+async def _jobs_list(args: argparse.Namespace) -> int:
+    async with _operator_store(args) as store:
+        jobs = await store.queue(args.queue).list_jobs(
+            args.state, limit=args.limit, after_id=args.after_id
+        )
+    _print_jobs(jobs, as_json=args.json, dead=args.state == "dead")
+    if not jobs and not args.json:
+        print(f"no {args.state} jobs in queue {args.queue!r}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- dead ----------------------------------------------------------------------------
+
+
+async def _queues_with(store: Store, queue: str | None, *, dead: bool) -> list[str]:
+    """``[queue]`` when given, else every queue with dead rows (``dead``) or any rows."""
+    if queue is not None:
+        return [queue]
+    stats = await store.stats()
+    return [e.queue for e in stats.queues if (e.dead if dead else e.live + e.dead)]
+
+
+async def _dead_list(args: argparse.Namespace) -> int:
+    async with _operator_store(args) as store:
+        jobs: list[Job] = []
+        for name in await _queues_with(store, args.queue, dead=True):
+            left = args.limit - len(jobs)
+            if left <= 0:
+                break
+            jobs += await store.queue(name).list_jobs("dead", limit=left, after_id=args.after_id)
+    _print_jobs(jobs, as_json=args.json, dead=True)
+    if not jobs and not args.json:
+        where = "any queue" if args.queue is None else f"queue {args.queue!r}"
+        print(f"no dead jobs in {where}", file=sys.stderr)
+    return EXIT_OK
+
+
+async def _dead_requeue(args: argparse.Namespace) -> int:
+    usage_error: Callable[[str], NoReturn] = args.usage_error
+    ids: list[int] = list(dict.fromkeys(args.job_ids))
+    if bool(ids) == bool(args.all):
+        usage_error("name the dead jobs to requeue by ID, or pass --all (not both)")
+    async with _operator_store(args) as store:
+        moved: dict[str, int] = {}
+        skipped: list[int] = []
+        if args.all:
+            for name in await _queues_with(store, args.queue, dead=True):
+                moved[name] = await store.queue(name).requeue_dead(all=True)
+        else:
+            by_queue: dict[str, list[int]] = {}
+            for job_id in ids:
+                job = await store.get_job(job_id)
+                if job is None or job.state != "dead" or args.queue not in (None, job.queue):
+                    skipped.append(job_id)
+                else:
+                    by_queue.setdefault(job.queue, []).append(job_id)
+            for name, queue_ids in by_queue.items():
+                moved[name] = await store.queue(name).requeue_dead(queue_ids)
+                # A job redriven or purged meanwhile by someone else is not moved.
+                if moved[name] < len(queue_ids):
+                    skipped += [
+                        job_id
+                        for job_id in queue_ids
+                        if (job := await store.get_job(job_id)) is None
+                        or job.state != "pending"
+                        or job.attempts != 0
+                    ]
+    for name, count in moved.items():
+        _print(f"queue {name!r}: requeued {count} dead job{'s' if count != 1 else ''}")
+    total = sum(moved.values())
+    if skipped:
+        scope = "" if args.queue is None else f" of queue {args.queue!r}"
+        print(
+            f"alkstore-trio dead requeue: skipped {len(skipped)} id(s) that are not dead "
+            f"jobs{scope}: {' '.join(map(str, sorted(skipped)))}",
+            file=sys.stderr,
+        )
+    if args.all and not moved:
+        _print("requeued 0 dead jobs")
+    if not args.all and total == 0:
+        raise CommandFailed("none of the ids is a dead job; see 'alkstore-trio dead list'")
+    return EXIT_OK
+
+
+async def _dead_purge(args: argparse.Namespace) -> int:
+    async with _operator_store(args) as store:
+        purged = {
+            name: await store.queue(name).purge_dead(args.older_than)
+            for name in await _queues_with(store, args.queue, dead=True)
+        }
+    for name, count in purged.items():
+        _print(f"queue {name!r}: purged {count} dead job{'s' if count != 1 else ''}")
+    if not purged:
+        _print("purged 0 dead jobs")
+    return EXIT_OK
+
+
+# -- enqueue, cancel, sweep ------------------------------------------------------------
+
+
+async def _enqueue(args: argparse.Namespace) -> int:
+    async with _operator_store(args) as store:
+        job_id = await store.queue(args.queue).enqueue(
+            args.payload,
+            priority=args.priority,
+            delay_s=args.delay_s,
+            max_attempts=args.max_attempts,
+        )
+    _print(str(job_id))
+    return EXIT_OK
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    async with _operator_store(args) as store:
+        job = await store.get_job(args.job_id)
+        cancelled = job is not None and await store.queue(job.queue).cancel(args.job_id)
+    if not cancelled:
+        why = (
+            "it is dead (purge it with 'alkstore-trio dead purge')"
+            if job is not None and job.state == "dead"
+            else "there is no live job with this id"
+        )
+        raise CommandFailed(f"job {args.job_id} was not cancelled: {why}")
+    assert job is not None
+    _print(f"cancelled job {args.job_id} ({job.state} in queue {job.queue!r})")
+    return EXIT_OK
+
+
+async def _sweep(args: argparse.Namespace) -> int:
+    opts = QueueOpts(dead_letter_retention_s=args.retention_s)
+    async with _operator_store(args) as store:
+        results = {
+            name: await store.queue(name, opts).sweep_expired()
+            for name in await _queues_with(store, args.queue, dead=False)
+        }
+    for name, result in results.items():
+        _print(f"queue {name!r}: expired {result.expired}, purged {result.purged}")
+    if not results:
+        _print("no queue has jobs; nothing to sweep")
+    return EXIT_OK
+
+
 # -- main ----------------------------------------------------------------------------
 
 
@@ -642,11 +1452,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status. Usage errors exit through argparse with status 2.
     """
     args = build_parser().parse_args(argv)
-    if args.command in ("migrate", "worker") and args.dsn is None:
+    if hasattr(args, "dsn") and args.dsn is None:
         usage_error: Callable[[str], NoReturn] = args.usage_error
-        shape = _DSN_SHAPE if args.command == "migrate" else f"{_DSN_SHAPE}, or memory://"
+        shape = f"{_DSN_SHAPE}, or memory://" if args.command == "worker" else _DSN_SHAPE
         usage_error(f"--dsn is required (or set {DSN_ENV}); expected {shape}")
     command: Callable[[argparse.Namespace], Awaitable[int]] = args.run
+    title: str = getattr(args, "title", args.command)
     try:
         if args.command == "worker":
             _setup_worker(args)
@@ -654,8 +1465,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HandlerImportFailed as exc:
         return _fail(args.command, str(exc))
     except CommandFailed as exc:
-        return _fail(args.command, str(exc))
+        return _fail(title, str(exc))
+    except UsageProblem as exc:
+        print(f"alkstore-trio {title}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
+        if getattr(args, "watch", False):
+            return EXIT_OK  # Ctrl-C is how a watch ends
         print("alkstore-trio: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -21,7 +21,9 @@ from ._core import (
     DEFAULT_OPTS,
     EnqueueSpec,
     Job,
+    JobState,
     QueueOpts,
+    StoreStats,
     SweepResult,
     backoff_delay_s,
     enqueue_specs,
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from ._engines._wake import WakeListener
 
 _T = TypeVar("_T")
+
+#: The most rows one :meth:`Queue.list_jobs` call returns (D26): payloads come along.
+LIST_LIMIT_MAX = 1000
+_STATES: tuple[JobState, ...] = ("pending", "processing", "dead")
 
 
 @final
@@ -131,6 +137,47 @@ class Store:
         if not names:
             raise InvalidArgument("queues must name at least one queue; got none")
         return self._backend.open_wake_listener(names)
+
+    async def stats(self, queue: str | Queue | None = None) -> StoreStats:
+        """Count every queue's rows by state, at one instant of the engine's clock (D22).
+
+        For each queue with rows (or only ``queue``, listed even when empty): ready and
+        delayed pending rows, processing rows and how many of them lapsed, dead rows,
+        and how long the oldest ready row has waited. Counting is proportional to the
+        rows counted (on PostgreSQL it walks the partial indexes, not the table), so
+        poll it every few seconds, not in a tight loop.
+
+        Args:
+            queue: A queue name or handle of this store, or ``None`` for every queue.
+
+        Returns:
+            A frozen :class:`StoreStats`, with the clock read and the ids issued so far.
+
+        Raises:
+            InvalidArgument: ``queue`` is not a valid queue name or a handle of this store.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        name = None if queue is None else self._queue_name(queue)
+        return await self._backend.stats(name)
+
+    async def get_job(self, job_id: int) -> Job | None:
+        """Read the job with this id, live or dead, whatever its queue (D26).
+
+        :meth:`Queue.get_job` is the same lookup confined to one queue (Q8); this one is
+        for an operator who has only an id (``alkstore-trio jobs show ID``).
+
+        Returns:
+            The job, or ``None`` when no row has this id (never enqueued, acked,
+            cancelled or purged).
+
+        Raises:
+            InvalidArgument: ``job_id`` is not an int in the 64-bit range.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        checked = v.check_job_id(job_id)
+        return await self._backend.find_job(checked)
 
     async def aclose(self) -> None:
         """Close the store. Closing twice is harmless."""
@@ -609,6 +656,105 @@ class Queue:
         self._store._check_open()
         checked = v.check_job_id(job_id)
         return await self._backend.get_job(self._name, checked)
+
+    async def list_jobs(
+        self, state: JobState, *, limit: int = 100, after_id: int | None = None
+    ) -> list[Job]:
+        """List this queue's jobs in one state, by id, a page at a time (D26).
+
+        To walk every page, pass the last id of a page as the next call's ``after_id``
+        until a page comes back shorter than ``limit``. Rows move between states while
+        you walk, so a listing is a series of snapshots, not one.
+
+        Args:
+            state: ``"pending"``, ``"processing"`` or ``"dead"``.
+            limit: The most jobs to return, 1 to 1000 (payloads come along).
+            after_id: Only jobs with a larger id; ``None`` starts at the first.
+
+        Returns:
+            Up to ``limit`` jobs, ids ascending.
+
+        Raises:
+            InvalidArgument: ``state``, ``limit`` or ``after_id`` is invalid.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        if not isinstance(state, str) or state not in _STATES:
+            shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
+            raise InvalidArgument(
+                f"state must be one of 'pending', 'processing' or 'dead'; got {shown}"
+            )
+        checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
+        checked_after = (
+            None
+            if after_id is None
+            else v.check_int("after_id", after_id, lo=-v.JOB_ID_MAX - 1, hi=v.JOB_ID_MAX)
+        )
+        return await self._backend.list_jobs(self._name, state, checked_limit, checked_after)
+
+    async def requeue_dead(
+        self,
+        ids: Iterable[int] | None = None,
+        *,
+        all: bool = False,
+    ) -> int:
+        """Redrive dead jobs of this queue: back to pending, ready now, with their
+        attempts reset to 0, in one atomic step (D24).
+
+        Each redriven row keeps its id, payload, priority, stamps and ``last_error``;
+        ``enqueued_at`` becomes now and an ``expires_at`` keeps its distance from it (the
+        job gets its whole time to live again). The queue is woken, so idle workers
+        claim the jobs at once.
+
+        Args:
+            ids: The job ids to redrive. Ids that are not dead rows of this queue (live,
+                unknown, purged, of another queue) are ignored: count them out with the
+                return value.
+            all: ``True`` to redrive every dead job of this queue instead (then leave
+                ``ids`` out).
+
+        Returns:
+            How many jobs were moved back to pending.
+
+        Raises:
+            InvalidArgument: neither or both of ``ids`` and ``all=True`` were given, or
+                ``ids`` is not an iterable of job ids (nothing was moved).
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        if not isinstance(all, bool):
+            raise InvalidArgument(f"all must be True or False; got a {type(all).__name__}")
+        if all and ids is not None:
+            raise InvalidArgument("pass either ids=[...] or all=True to requeue_dead, not both")
+        if not all and ids is None:
+            raise InvalidArgument(
+                "requeue_dead needs the ids to redrive (ids=[...]) or all=True for every "
+                "dead job of the queue"
+            )
+        checked = None if ids is None else v.check_job_ids(ids)
+        if checked == []:
+            await trio.lowlevel.checkpoint()
+            return 0
+        return await self._backend.requeue_dead(self._name, checked)
+
+    async def purge_dead(self, older_than_s: float | None = None) -> int:
+        """Delete dead jobs of this queue for good (D25), as a sweep's retention would
+        (Q9), but on demand and with the caller's age limit.
+
+        Args:
+            older_than_s: Only jobs with ``died_at + older_than_s < now`` (a number of
+                seconds >= 0); ``None`` deletes every dead job of this queue.
+
+        Returns:
+            How many dead jobs were deleted.
+
+        Raises:
+            InvalidArgument: ``older_than_s`` is not a finite number of seconds >= 0.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        checked = v.check_optional_duration("older_than_s", older_than_s, min_s=0)
+        return await self._backend.purge_dead(self._name, checked)
 
     async def sweep_expired(self) -> SweepResult:
         """Dead-letter this queue's expired live jobs (``"expired"``), then delete its dead

@@ -11,6 +11,8 @@ from ._records import EnqueueSpec as EnqueueSpec
 from ._records import Job as Job
 from ._records import JobState as JobState
 from ._records import QueueOpts as QueueOpts
+from ._records import QueueStats as QueueStats
+from ._records import StoreStats as StoreStats
 from ._records import SweepResult as SweepResult
 from ._records import enqueue_specs as enqueue_specs
 from ._table import JobTable as JobTable
@@ -26,9 +28,11 @@ from ._transitions import failed as failed
 from ._transitions import heartbeaten as heartbeaten
 from ._transitions import is_ackable as is_ackable
 from ._transitions import is_claimable as is_claimable
+from ._transitions import is_dead_older_than as is_dead_older_than
 from ._transitions import is_expired as is_expired
 from ._transitions import is_purgeable as is_purgeable
 from ._transitions import is_reclaimable as is_reclaimable
 from ._transitions import is_valid_claim as is_valid_claim
 from ._transitions import needs_pre_claim_sweep as needs_pre_claim_sweep
+from ._transitions import requeued as requeued
 from ._transitions import retried as retried

@@ -1,5 +1,5 @@
-"""The records of the contract: options (Q1), the job row (Q8), enqueue input (Q2) and
-sweep results (Q9). All frozen; all pure data."""
+"""The records of the contract: options (Q1), the job row (Q8), enqueue input (Q2), sweep
+results (Q9) and the operator's statistics (D22). All frozen; all pure data."""
 
 from __future__ import annotations
 
@@ -100,6 +100,68 @@ class SweepResult(NamedTuple):
 
     expired: int
     purged: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's rows at one instant of the engine's clock (D22), from
+    :meth:`Store.stats`.
+
+    Attributes:
+        queue: The queue's name.
+        pending_ready: Pending rows whose ``run_at`` has come (``run_at <= now``).
+        pending_delayed: Pending rows whose ``run_at`` is still ahead.
+        processing: Processing rows, lapsed or not.
+        reclaimable: The processing rows whose claim lapsed (``now > claim_expires_at``):
+            the next claim reclaims them, or dead-letters those at their budget.
+        dead: Dead rows (not yet purged).
+        oldest_ready_age_s: How long the longest-waiting ready row has been claimable
+            (``now - min(run_at)`` over the ready rows), in seconds; ``None`` when no
+            row is ready. A growing value means the workers fall behind.
+
+    Rows whose ``expires_at`` passed are counted where they sit until a sweep moves
+    them (they are never claimed).
+    """
+
+    queue: str
+    pending_ready: int
+    pending_delayed: int
+    processing: int
+    reclaimable: int
+    dead: int
+    oldest_ready_age_s: float | None
+
+    @property
+    def live(self) -> int:
+        """Pending plus processing rows."""
+        return self.pending_ready + self.pending_delayed + self.processing
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What :meth:`Store.stats` saw (D22): every queue with rows (or the one asked
+    for), read at one instant of the engine's clock.
+
+    Attributes:
+        now: The engine's clock at the reading (the database's clock on PostgreSQL).
+        ids_issued: How many job ids the store has handed out so far (enqueued rows,
+            and ids of rolled-back transactions). Two readings give the rows that left
+            the store between them: ``ids_issued - live - dead`` only grows, by every
+            ack, cancel, purge and rolled-back id (D23: how ``stats --watch`` derives
+            jobs finished per minute without a trace on the hot path).
+        queues: One entry per queue, by name.
+    """
+
+    now: datetime
+    ids_issued: int
+    queues: tuple[QueueStats, ...]
+
+    def queue(self, name: str) -> QueueStats | None:
+        """The entry of queue ``name``, or ``None`` when it has no rows."""
+        for entry in self.queues:
+            if entry.queue == name:
+                return entry
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
 - ``leases``: processing rows keyed by deadline; a claim moves the lapsed ones into
   ``ready`` (or dead-letters them when their attempts are spent: the pre-claim sweep).
 - ``expiry``: live rows with an ``expires_at``, for the sweep; ``dead``: dead rows by
-  ``died_at``, for retention.
+  ``died_at``, for retention. Entries of both are stale when the row they name no longer
+  has that ``expires_at`` or ``died_at`` (purged, or redriven from dead: D24).
 
 Heaps are never searched or edited in place. Every change to a live row bumps the row's
 *generation*, and each heap entry carries the generation it was pushed with; an entry
@@ -35,7 +36,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from . import _transitions as t
-from ._records import EnqueueSpec, Job, SweepResult
+from ._records import EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,6 +76,63 @@ class JobTable:
         if job is None or job.queue != queue:
             return None
         return job
+
+    def find(self, job_id: int) -> Job | None:
+        """D26: the row with this id, live or dead, in whichever queue it is."""
+        return self._live.get(job_id) or self._dead.get(job_id)
+
+    def list_jobs(self, queue: str, state: JobState, limit: int, after_id: int | None) -> list[Job]:
+        """D26: up to ``limit`` rows of this queue in this state, by id, with ids above
+        ``after_id``. A linear scan: the operator's listing is not a hot path."""
+        rows = self._dead if state == "dead" else self._live
+        floor = 0 if after_id is None else after_id
+        found = [
+            job
+            for job in rows.values()
+            if job.queue == queue and job.state == state and job.id > floor
+        ]
+        found.sort(key=lambda job: job.id)
+        return found[:limit]
+
+    def stats(self, queue: str | None, now: datetime) -> StoreStats:
+        """D22: the counts of every queue with rows (or of ``queue`` only, rows or
+        not), at ``now``. A linear scan of the rows, as counting is on any engine."""
+        self._observe(now)
+        counts: dict[str, list[int]] = {}
+        oldest: dict[str, datetime] = {}
+        if queue is not None:
+            counts[queue] = [0, 0, 0, 0, 0]
+        for job in [*self._live.values(), *self._dead.values()]:
+            if queue is not None and job.queue != queue:
+                continue
+            row = counts.setdefault(job.queue, [0, 0, 0, 0, 0])
+            if job.state == "dead":
+                row[4] += 1
+            elif job.state == "processing":
+                row[2] += 1
+                if t.is_reclaimable(job, now):
+                    row[3] += 1
+            elif job.run_at <= now:
+                row[0] += 1
+                if job.queue not in oldest or job.run_at < oldest[job.queue]:
+                    oldest[job.queue] = job.run_at
+            else:
+                row[1] += 1
+        entries = tuple(
+            QueueStats(
+                queue=name,
+                pending_ready=row[0],
+                pending_delayed=row[1],
+                processing=row[2],
+                reclaimable=row[3],
+                dead=row[4],
+                oldest_ready_age_s=(
+                    (now - oldest[name]).total_seconds() if name in oldest else None
+                ),
+            )
+            for name, row in sorted(counts.items())
+        )
+        return StoreStats(now=now, ids_issued=self._next_id - 1, queues=entries)
 
     def jobs(self) -> Iterator[Job]:
         """Every row, live and dead, in id order."""
@@ -271,6 +329,41 @@ class JobTable:
         self._drop_live(job_id)
         return True
 
+    def requeue_dead(self, queue: str, job_ids: Iterable[int] | None, now: datetime) -> int:
+        """D24: move this queue's dead rows with these ids (every one for ``None``) back
+        to pending, ready now, attempts reset (:func:`~._transitions.requeued`); ids
+        that are not dead rows of this queue are ignored. Every new row is computed
+        before any is stored. Returns how many moved."""
+        self._observe(now)
+        if job_ids is None:
+            targets = [job for job in self._dead.values() if job.queue == queue]
+        else:
+            targets = [
+                job
+                for job_id in dict.fromkeys(job_ids)
+                if (job := self._dead.get(job_id)) is not None and job.queue == queue
+            ]
+        revived = [t.requeued(job, now) for job in targets]
+        for job in revived:
+            del self._dead[job.id]
+            self._set_live(job, now)
+            if job.expires_at is not None:
+                heapq.heappush(self._index(job.queue).expiry, (job.expires_at, job.id))
+        return len(revived)
+
+    def purge_dead(self, queue: str, older_than_s: float | None, now: datetime) -> int:
+        """D25: delete this queue's dead rows that died more than ``older_than_s`` ago
+        (every one for ``None``); how many."""
+        self._observe(now)
+        doomed = [
+            job.id
+            for job in self._dead.values()
+            if job.queue == queue and t.is_dead_older_than(job, now, older_than_s)
+        ]
+        for job_id in doomed:
+            del self._dead[job_id]
+        return len(doomed)
+
     def sweep_expired(self, queue: str, retention_s: float | None, now: datetime) -> SweepResult:
         """Q9: dead-letter expired live rows, then purge dead rows past retention."""
         self._observe(now)
@@ -279,17 +372,21 @@ class JobTable:
             return SweepResult(0, 0)
         expired = 0
         while index.expiry and index.expiry[0][0] < now:
-            _, job_id = heapq.heappop(index.expiry)
+            expires_at, job_id = heapq.heappop(index.expiry)
             job = self._live.get(job_id)
-            if job is not None:
+            # A row redriven from dead (D24) has a new expires_at; its old entry is stale.
+            if job is not None and job.expires_at == expires_at:
                 self._replace(t.dead(job, now, t.EXPIRED), now)
                 expired += 1
         purged = 0
         if retention_s is not None:
             retention = timedelta(seconds=retention_s)
             while index.dead and index.dead[0][0] + retention < now:
-                _, job_id = heapq.heappop(index.dead)
-                if self._dead.pop(job_id, None) is not None:
+                died_at, job_id = heapq.heappop(index.dead)
+                job = self._dead.get(job_id)
+                # Stale when the row was purged, or redriven and dead again since (D24).
+                if job is not None and job.died_at == died_at:
+                    del self._dead[job_id]
                     purged += 1
         return SweepResult(expired, purged)
 

@@ -184,6 +184,38 @@ def failed(job: Job, now: datetime, error: str | None) -> Job:
     return dead(job, now, FAILED if error is None else error)
 
 
+def requeued(job: Job, now: datetime) -> Job:
+    """D24, a redrive: a dead row pending again, ready now, with its attempts reset.
+
+    It is enqueued anew, keeping its id, payload, priority and stamps: ``enqueued_at``
+    becomes ``now`` and an ``expires_at`` keeps its distance from it (the row gets its
+    whole time to live again, else a row that died of expiry would expire at once).
+    ``last_error`` is kept (why it died, until a new attempt overwrites it); the claim
+    fields and ``died_at`` are cleared.
+    """
+    expires_at = None if job.expires_at is None else now + (job.expires_at - job.enqueued_at)
+    return replace(
+        job,
+        state="pending",
+        attempts=0,
+        run_at=now,
+        enqueued_at=now,
+        expires_at=expires_at,
+        claimed_by=None,
+        claimed_at=None,
+        claim_expires_at=None,
+        died_at=None,
+    )
+
+
+def is_dead_older_than(job: Job, now: datetime, older_than_s: float | None) -> bool:
+    """D25, ``purge_dead``: a dead row that died more than ``older_than_s`` ago
+    (``died_at + older_than_s < now``, as Q9's retention), or any dead row for ``None``."""
+    if job.state != "dead" or job.died_at is None:
+        return False
+    return older_than_s is None or job.died_at + timedelta(seconds=older_than_s) < now
+
+
 def is_purgeable(job: Job, now: datetime, retention_s: float | None) -> bool:
     """Q9: a dead row whose retention ran out (``None`` keeps it forever)."""
     return (

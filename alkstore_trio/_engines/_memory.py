@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
-from .._core import EnqueueSpec, Job, JobTable, SweepResult
+from .._core import EnqueueSpec, Job, JobState, JobTable, StoreStats, SweepResult
 from .._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from ._nursery import open_background_nursery
 
@@ -175,6 +175,29 @@ class MemoryBackend:
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         return await self._call(lambda table, now: table.sweep_expired(queue, retention_s, now))
+
+    async def find_job(self, job_id: int) -> Job | None:
+        return await self._call(lambda table, now: table.find(job_id))
+
+    async def list_jobs(
+        self, queue: str, state: JobState, limit: int, after_id: int | None
+    ) -> list[Job]:
+        return await self._call(lambda table, now: table.list_jobs(queue, state, limit, after_id))
+
+    async def stats(self, queue: str | None) -> StoreStats:
+        return await self._call(lambda table, now: table.stats(queue, now))
+
+    async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
+        def run(table: JobTable, now: datetime) -> int:
+            count = table.requeue_dead(queue, job_ids, now)
+            if count:
+                self.wakes.publish({queue})
+            return count
+
+        return await self._call(run)
+
+    async def purge_dead(self, queue: str, older_than_s: float | None) -> int:
+        return await self._call(lambda table, now: table.purge_dead(queue, older_than_s, now))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:

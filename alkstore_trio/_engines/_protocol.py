@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
-    from .._core import EnqueueSpec, Job, SweepResult
+    from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from ._wake import WakeListener
 
 
@@ -118,6 +118,34 @@ class Backend(Protocol):
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         """Q9, atomically."""
+        ...
+
+    async def find_job(self, job_id: int) -> Job | None:
+        """D26: the row with this id, live or dead, of any queue."""
+        ...
+
+    async def list_jobs(
+        self, queue: str, state: JobState, limit: int, after_id: int | None
+    ) -> list[Job]:
+        """D26: up to ``limit`` (>= 1) rows of this queue in this state, by id
+        ascending, with ids above ``after_id`` (all for ``None``)."""
+        ...
+
+    async def stats(self, queue: str | None) -> StoreStats:
+        """D22: every queue's counts (only ``queue``'s, rows or not, when given), read
+        atomically at one clock read."""
+        ...
+
+    async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
+        """D24: move this queue's dead rows with these distinct ids (every one for
+        ``None``) back to pending, ready now, attempts reset, atomically; wake the queue
+        when any moved. Ids that are not dead rows of this queue are ignored. The
+        count moved."""
+        ...
+
+    async def purge_dead(self, queue: str, older_than_s: float | None) -> int:
+        """D25: delete this queue's dead rows with ``died_at + older_than_s < now`` (every
+        one for ``None``), atomically; the count deleted."""
         ...
 
     def transaction(self) -> AbstractAsyncContextManager[TransactionBackend]:

@@ -27,7 +27,7 @@ import itertools
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final
 
@@ -49,8 +49,6 @@ from .. import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
-
     from ._harness import EngineHarness
 
 __all__ = ["CONFORMANCE_CHECKS", "check_conformance"]
@@ -3073,6 +3071,12 @@ async def q11_every_operation_after_close_raises_store_closed(harness: EngineHar
                 ("handle.fail", fresh.fail),
                 ("consumed handle.heartbeat", consumed.heartbeat),
                 ("consumed handle.ack", consumed.ack),
+                ("store.stats (D22)", store.stats),
+                ("store.get_job (D26)", lambda: store.get_job(ids[0])),
+                ("queue.list_jobs (D26)", lambda: queue.list_jobs("dead")),
+                ("queue.requeue_dead (D24)", lambda: queue.requeue_dead(ids)),
+                ("queue.requeue_dead([]) (D24)", lambda: queue.requeue_dead([])),
+                ("queue.purge_dead (D25)", queue.purge_dead),
             ]
         )
 
@@ -3326,7 +3330,292 @@ async def q12_bad_input_has_no_partial_effect(harness: EngineHarness) -> None:
         )
 
 
-#: Every check, in contract order. Their ``__name__`` is the check's name.
+# -- D22-D26 the operator's API (decisions, where the contract is silent) ------------------
+
+
+async def _dead_job(queue: Queue, payload: bytes, error: str = "boom") -> int:
+    """Enqueue a job with the top priority, claim it and fail it; its id."""
+    job_id = await queue.enqueue(payload, priority=INT32_MAX)
+    assert await (await _claim_id(queue, job_id)).fail(error) is True, "fail was refused"
+    return job_id
+
+
+@_check
+async def d22_stats_counts_each_queue_by_state_at_one_instant(harness: EngineHarness) -> None:
+    """D22: ``store.stats()`` counts, per queue with rows, ready and delayed pending rows,
+    processing rows and the lapsed ones among them, and dead rows, at the engine's clock;
+    the oldest ready row's age is ``now - min(run_at)`` of the ready rows. ``stats(queue)``
+    lists only that queue, even when it has no rows."""
+    async with harness.open_store() as store:
+        empty = await store.stats()
+        assert empty.queues == (), f"a fresh store's stats list queues: {empty.queues!r}"
+        assert empty.now == await harness.now(), (
+            f"stats().now is {empty.now!r}, expected the engine's clock {await harness.now()!r}"
+        )
+        stats_a = store.queue("stats-a", QueueOpts(visibility_timeout_s=10))
+        stats_b = store.queue("stats-b")
+        await _dead_job(stats_a, b"dead")
+        lapsed = await stats_a.enqueue(b"lapsed", priority=5)
+        await _claim_id(stats_a, lapsed)
+        await harness.advance(10 + INSTANT_S)
+        held = await stats_a.enqueue(b"held", priority=9)
+        assert await (await _claim_id(stats_a, held)).heartbeat(1000) is True, "heartbeat"
+        await stats_a.enqueue(b"old ready")
+        await harness.advance(30)
+        await stats_a.enqueue(b"new ready")
+        await stats_a.enqueue(b"delayed", delay_s=60)
+        await stats_b.enqueue(b"b delayed", delay_s=1)
+        stats = await store.stats()
+        now = await harness.now()
+        assert stats.now == now, f"stats().now is {stats.now!r}, expected {now!r}"
+        assert [entry.queue for entry in stats.queues] == ["stats-a", "stats-b"], (
+            f"stats() listed {[entry.queue for entry in stats.queues]}"
+        )
+        a, b = stats.queues
+        got = (a.pending_ready, a.pending_delayed, a.processing, a.reclaimable, a.dead)
+        assert got == (2, 1, 2, 1, 1), (
+            f"stats-a (ready, delayed, processing, reclaimable, dead) = {got}, "
+            "expected (2, 1, 2, 1, 1)"
+        )
+        assert a.oldest_ready_age_s == 30.0, (
+            f"stats-a oldest_ready_age_s = {a.oldest_ready_age_s!r}, expected 30.0"
+        )
+        got_b = (b.pending_ready, b.pending_delayed, b.processing, b.dead, b.oldest_ready_age_s)
+        assert got_b == (0, 1, 0, 0, None), f"stats-b = {b!r}"
+        only = await store.stats("stats-b")
+        assert only.queues == (b,), f"stats('stats-b') = {only.queues!r}, expected ({b!r},)"
+        nothing = await store.stats(store.queue("stats-none"))
+        assert [(e.queue, e.live, e.dead) for e in nothing.queues] == [("stats-none", 0, 0)], (
+            f"stats of a queue without rows = {nothing.queues!r}"
+        )
+        await _raises(InvalidArgument, "stats('alk_x')", store.stats, "alk_x")
+        await _raises(InvalidArgument, "stats(7)", store.stats, _any(7))
+
+
+@_check
+async def d23_ids_issued_minus_live_and_dead_counts_the_rows_gone(harness: EngineHarness) -> None:
+    """D23: ``stats().ids_issued`` counts every id handed out (rolled-back transactions
+    included), so ``ids_issued - live - dead`` grows by each ack, cancel and purge, and
+    by nothing else."""
+
+    def gone(stats: Any) -> int:
+        return int(stats.ids_issued - sum(e.live + e.dead for e in stats.queues))
+
+    async with harness.open_store() as store:
+        queue = store.queue("gone")
+        ids = await queue.enqueue_many([b"a", b"b", b"c", b"d"])
+        first = await store.stats()
+        assert first.ids_issued >= 4, f"ids_issued = {first.ids_issued} after 4 enqueues"
+        assert gone(first) == 0, f"rows gone before any ack: {gone(first)}"
+        assert await (await _claim_id(queue, ids[0])).ack() is True, "ack was refused"
+        assert await queue.cancel(ids[1]) is True, "cancel was refused"
+        await (await _claim_id(queue, ids[2])).fail()
+        after = await store.stats()
+        assert gone(after) == 2, f"after one ack and one cancel, {gone(after)} rows gone"
+        assert await queue.purge_dead() == 1, "purge_dead did not delete the dead row"
+        assert gone(await store.stats()) == 3, "a purge is not counted as a row gone"
+
+
+@_check
+async def d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_reset(
+    harness: EngineHarness,
+) -> None:
+    """D24: ``requeue_dead(ids)`` moves the listed dead rows of this queue back to pending,
+    ready now, attempts 0, enqueued now, claim fields and ``died_at`` cleared, id,
+    payload, priority, stamps and ``last_error`` kept; ids that are live, unknown or of
+    another queue are ignored; the count is returned; the queue is woken and the jobs
+    are claimable at once."""
+    async with harness.open_store() as store:
+        opts = QueueOpts(max_attempts=2, visibility_timeout_s=30, backoff_base_s=7)
+        queue = store.queue("redrive", opts)
+        other = store.queue("redrive-other")
+        dead = await _dead_job(queue, b"\x00dead", "went wrong")
+        before = await _get(queue, dead)
+        theirs = await _dead_job(other, b"theirs")
+        live = await queue.enqueue(b"live", delay_s=100)
+        await harness.advance(5)
+        async with store.open_wake_listener([queue]) as listener:
+            count = await queue.requeue_dead([dead, theirs, live, 10**12, dead])
+            assert count == 1, f"requeue_dead returned {count}, expected 1"
+            await _wait_for_wakes(listener, {"redrive"}, "requeue_dead")
+        now = await harness.now()
+        job = await _get(queue, dead)
+        expected = dataclasses.replace(
+            before,
+            state="pending",
+            attempts=0,
+            run_at=now,
+            enqueued_at=now,
+            claimed_by=None,
+            claimed_at=None,
+            claim_expires_at=None,
+            died_at=None,
+        )
+        assert job == expected, f"the redriven row is {job!r}, expected {expected!r}"
+        assert job.payload == b"\x00dead", "the redriven row lost its payload"
+        await _assert_state(other, theirs, "dead", "another queue's dead row")
+        await _assert_state(queue, live, "pending", "a live row listed for redrive")
+        handle = await _claim_id(queue, dead)
+        assert handle.job.attempts == 1, (
+            f"the redriven job's claim is attempt {handle.job.attempts}"
+        )
+        assert await queue.requeue_dead([dead]) == 0, "a processing row was redriven"
+        assert await queue.requeue_dead([]) == 0, "requeue_dead([]) moved rows"
+
+
+@_check
+async def d24_requeue_dead_all_redrives_every_dead_row_of_the_queue_only(
+    harness: EngineHarness,
+) -> None:
+    """D24: ``requeue_dead(all=True)`` redrives every dead row of this queue, and no
+    other queue's; a second call finds nothing."""
+    async with harness.open_store() as store:
+        queue = store.queue("redrive-all")
+        other = store.queue("redrive-all-other")
+        mine = [await _dead_job(queue, b"m1"), await _dead_job(queue, b"m2")]
+        theirs = await _dead_job(other, b"t")
+        assert await queue.requeue_dead(all=True) == 2, "requeue_dead(all=True) miscounted"
+        for job_id in mine:
+            await _assert_state(queue, job_id, "pending", "a redriven row")
+        await _assert_state(other, theirs, "dead", "another queue's dead row")
+        assert await queue.requeue_dead(all=True) == 0, "a second redrive found rows"
+        stats = await store.stats(queue)
+        assert (stats.queues[0].pending_ready, stats.queues[0].dead) == (2, 0), (
+            f"stats after the redrive: {stats.queues[0]!r}"
+        )
+
+
+@_check
+async def d24_requeue_dead_restarts_the_time_to_live(harness: EngineHarness) -> None:
+    """D24: a redriven row's ``expires_at`` keeps its distance from ``enqueued_at``, which
+    becomes now: a job that died of expiry gets its whole time to live again (and the
+    sweep expires it only after that)."""
+    async with harness.open_store() as store:
+        queue = store.queue("redrive-ttl", QueueOpts(expires_in_s=20))
+        job_id = await queue.enqueue(b"x", delay_s=1000)
+        await harness.advance(20 + INSTANT_S)
+        assert await queue.sweep_expired() == SweepResult(1, 0), "the row did not expire"
+        await harness.advance(100)
+        assert await queue.requeue_dead([job_id]) == 1, "the expired row was not redriven"
+        now = await harness.now()
+        job = await _get(queue, job_id)
+        assert job.expires_at == _after(now, 20), (
+            f"redriven expires_at is {job.expires_at!r}, expected {_after(now, 20)!r}"
+        )
+        await harness.advance(20)
+        assert await queue.sweep_expired() == SweepResult(0, 0), "expired before its new TTL"
+        await harness.advance(INSTANT_S)
+        assert await queue.sweep_expired() == SweepResult(1, 0), "did not expire after it"
+
+
+@_check
+async def d24_requeue_dead_rejects_bad_arguments_without_effect(harness: EngineHarness) -> None:
+    """D24: neither or both of ``ids`` and ``all=True``, a non-bool ``all``, or ids that
+    are not an iterable of 64-bit ints raise InvalidArgument, and nothing is moved."""
+    async with harness.open_store() as store:
+        queue = store.queue("redrive-bad")
+        dead = await _dead_job(queue, b"x")
+        bad: list[tuple[str, Callable[[], Awaitable[int]]]] = [
+            ("requeue_dead()", lambda: queue.requeue_dead()),
+            ("requeue_dead([id], all=True)", lambda: queue.requeue_dead([dead], all=True)),
+            ("requeue_dead(all=1)", lambda: queue.requeue_dead(all=_any(1))),
+            ("requeue_dead('12')", lambda: queue.requeue_dead(_any("12"))),
+            ("requeue_dead(7)", lambda: queue.requeue_dead(_any(7))),
+            ("requeue_dead([id, 'x'])", lambda: queue.requeue_dead(_any([dead, "x"]))),
+            ("requeue_dead([id, 2**63])", lambda: queue.requeue_dead([dead, 2**63])),
+            ("requeue_dead([True])", lambda: queue.requeue_dead(_any([True]))),
+        ]
+        for what, call in bad:
+            await _raises(InvalidArgument, what, call)
+        await _assert_state(queue, dead, "dead", "a dead row after rejected redrives")
+
+
+@_check
+async def d25_purge_dead_deletes_dead_rows_older_than_the_limit(harness: EngineHarness) -> None:
+    """D25: ``purge_dead(older_than_s)`` deletes this queue's dead rows with
+    ``died_at + older_than_s < now`` (not at the instant, one instant later yes);
+    ``purge_dead()`` deletes every one; live rows and other queues are untouched; a bad
+    ``older_than_s`` raises InvalidArgument with no effect."""
+    async with harness.open_store() as store:
+        queue = store.queue("purge")
+        other = store.queue("purge-other")
+        old = await _dead_job(queue, b"old")
+        theirs = await _dead_job(other, b"theirs")
+        await harness.advance(10)
+        young = await _dead_job(queue, b"young")
+        live = await queue.enqueue(b"live")
+        for bad in (-1, math.nan, "5", True):
+            await _raises(InvalidArgument, f"purge_dead({bad!r})", queue.purge_dead, _any(bad))
+        assert await queue.purge_dead(10) == 0, "purged at died_at + older_than_s == now"
+        await harness.advance(INSTANT_S)
+        assert await queue.purge_dead(10) == 1, "did not purge the row older than 10 s"
+        await _assert_gone(queue, old, "a purged dead row")
+        await _assert_state(queue, young, "dead", "a younger dead row")
+        assert await queue.purge_dead() == 1, "purge_dead() did not purge the rest"
+        await _assert_gone(queue, young, "a purged dead row")
+        await _assert_state(queue, live, "pending", "a live row after purge_dead")
+        await _assert_state(other, theirs, "dead", "another queue's dead row")
+
+
+@_check
+async def d26_store_get_job_finds_a_row_by_id_in_any_queue(harness: EngineHarness) -> None:
+    """D26: ``store.get_job(id)`` returns the row with this id, live or dead, whatever its
+    queue (exactly what ``queue.get_job`` of its queue shows), or ``None``; a bad id
+    raises InvalidArgument."""
+    async with harness.open_store() as store:
+        first = store.queue("find-a")
+        second = store.queue("find-b")
+        live = await first.enqueue(b"live")
+        dead = await _dead_job(second, b"dead")
+        for queue, job_id in ((first, live), (second, dead)):
+            found = await store.get_job(job_id)
+            assert found == await queue.get_job(job_id), (
+                f"store.get_job({job_id}) = {found!r} differs from {queue.name}.get_job"
+            )
+            assert found is not None
+            _assert_utc(found, f"store.get_job({job_id})")
+        assert await store.get_job(10**15) is None, "store.get_job of an unknown id"
+        for bad in ("1", 2**63, True, 1.0):
+            await _raises(InvalidArgument, f"store.get_job({bad!r})", store.get_job, _any(bad))
+
+
+@_check
+async def d26_list_jobs_pages_through_one_state_by_id(harness: EngineHarness) -> None:
+    """D26: ``queue.list_jobs(state, limit=, after_id=)`` returns this queue's rows in
+    that state with ids above ``after_id``, ids ascending, at most ``limit``; bad
+    arguments raise InvalidArgument."""
+    async with harness.open_store() as store:
+        queue = store.queue("listing")
+        other = store.queue("listing-other")
+        pending = await queue.enqueue_many([b"p1", b"p2", b"p3"], priority=-1)
+        await other.enqueue(b"theirs")
+        held = await queue.enqueue(b"held", priority=5)
+        await _claim_id(queue, held)
+        dead = await _dead_job(queue, b"dead")
+        page = await queue.list_jobs("pending", limit=2)
+        assert [job.id for job in page] == pending[:2], f"first page: {[j.id for j in page]}"
+        page = await queue.list_jobs("pending", limit=2, after_id=page[-1].id)
+        assert [job.id for job in page] == pending[2:], f"second page: {[j.id for j in page]}"
+        assert page[0] == await _get(queue, pending[2]), "a listed row differs from get_job"
+        listed = [job.id for job in await queue.list_jobs("processing")]
+        assert listed == [held], f"processing rows listed: {listed}"
+        dead_rows = await queue.list_jobs("dead")
+        assert [(j.id, j.state) for j in dead_rows] == [(dead, "dead")], f"dead: {dead_rows!r}"
+        bad: list[tuple[str, Callable[[], Awaitable[list[Job]]]]] = [
+            ("state='done'", lambda: queue.list_jobs(_any("done"))),
+            ("state=None", lambda: queue.list_jobs(_any(None))),
+            ("limit=0", lambda: queue.list_jobs("dead", limit=0)),
+            ("limit=1001", lambda: queue.list_jobs("dead", limit=1001)),
+            ("limit=True", lambda: queue.list_jobs("dead", limit=_any(True))),
+            ("after_id='1'", lambda: queue.list_jobs("dead", after_id=_any("1"))),
+        ]
+        for what, call in bad:
+            await _raises(InvalidArgument, f"list_jobs({what})", call)
+
+
+#: Every check, in contract order, then the checks of decisions where the contract is
+#: silent (``d22_...``: docs/dev/decisions-foundation.md). Their ``__name__`` is the
+#: check's name.
 CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q1_queue_names_accept_1_to_63_allowed_characters,
     q1_queue_names_reject_invalid_and_reserved_names,
@@ -3422,6 +3711,15 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q12_messages_name_the_parameter_and_the_value,
     q12_messages_never_contain_the_payload,
     q12_bad_input_has_no_partial_effect,
+    d22_stats_counts_each_queue_by_state_at_one_instant,
+    d23_ids_issued_minus_live_and_dead_counts_the_rows_gone,
+    d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_reset,
+    d24_requeue_dead_all_redrives_every_dead_row_of_the_queue_only,
+    d24_requeue_dead_restarts_the_time_to_live,
+    d24_requeue_dead_rejects_bad_arguments_without_effect,
+    d25_purge_dead_deletes_dead_rows_older_than_the_limit,
+    d26_store_get_job_finds_a_row_by_id_in_any_queue,
+    d26_list_jobs_pages_through_one_state_by_id,
 )
 
 

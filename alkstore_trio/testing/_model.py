@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from .._core import Job, QueueOpts, SweepResult
+from .._core import Job, JobState, QueueOpts, QueueStats, StoreStats, SweepResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -209,6 +209,47 @@ class ReferenceModel:
     def jobs(self) -> list[Job]:
         """Every row, live and dead, in id order."""
         return [self._rows[job_id] for job_id in sorted(self._rows)]
+
+    def find_job(self, job_id: int) -> Job | None:
+        """D26: the row with this id, live or dead, of any queue."""
+        return self._rows.get(job_id)
+
+    def list_jobs(
+        self, queue: str, state: JobState, *, limit: int = 100, after_id: int | None = None
+    ) -> list[Job]:
+        """D26: this queue's rows in ``state`` with ids above ``after_id``, by id, the
+        first ``limit``."""
+        rows = [
+            job
+            for job in self.jobs()
+            if job.queue == queue and job.state == state and (after_id is None or job.id > after_id)
+        ]
+        return rows[:limit]
+
+    def stats(self, queue: str | None = None, *, now: datetime) -> StoreStats:
+        """D22: per queue with rows (or ``queue`` alone, rows or not), counted one row at
+        a time; ``ids_issued`` is every id handed out (D23)."""
+        names = {job.queue for job in self.jobs()} if queue is None else {queue}
+        entries = []
+        for name in sorted(names):
+            rows = [job for job in self.jobs() if job.queue == name]
+            ready = [job for job in rows if job.state == "pending" and job.run_at <= now]
+            entries.append(
+                QueueStats(
+                    queue=name,
+                    pending_ready=len(ready),
+                    pending_delayed=sum(
+                        1 for job in rows if job.state == "pending" and job.run_at > now
+                    ),
+                    processing=sum(1 for job in rows if job.state == "processing"),
+                    reclaimable=sum(1 for job in rows if self._reclaimable(job, now)),
+                    dead=sum(1 for job in rows if job.state == "dead"),
+                    oldest_ready_age_s=(
+                        (now - min(job.run_at for job in ready)).total_seconds() if ready else None
+                    ),
+                )
+            )
+        return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
 
     def issued_ids(self) -> list[int]:
         """Every id handed out so far (enqueued or reserved by a transaction), in order."""
@@ -517,6 +558,51 @@ class ReferenceModel:
                     del self._rows[job.id]
                     purged += 1
         return SweepResult(expired, purged)
+
+    # -- D24, D25: the operator's redrive and purge -------------------------------------
+
+    def requeue_dead(self, queue: str, ids: Iterable[int] | None, *, now: datetime) -> int:
+        """D24: each dead row of this queue among ``ids`` (every one for ``None``) is
+        pending again, ready now, with 0 attempts, enqueued now, its time to live
+        restarted, its claim fields and ``died_at`` cleared and ``last_error`` kept;
+        returns how many."""
+        wanted = None if ids is None else set(ids)
+        count = 0
+        for job in self.jobs():
+            if job.queue != queue or job.state != "dead":
+                continue
+            if wanted is not None and job.id not in wanted:
+                continue
+            ttl = None if job.expires_at is None else job.expires_at - job.enqueued_at
+            self._rows[job.id] = replace(
+                job,
+                state="pending",
+                attempts=0,
+                run_at=now,
+                enqueued_at=now,
+                expires_at=None if ttl is None else now + ttl,
+                claimed_by=None,
+                claimed_at=None,
+                claim_expires_at=None,
+                died_at=None,
+            )
+            count += 1
+        return count
+
+    def purge_dead(self, queue: str, older_than_s: float | None, *, now: datetime) -> int:
+        """D25: delete this queue's dead rows with ``died_at + older_than_s < now`` (every
+        one for ``None``); returns how many."""
+        doomed = [
+            job.id
+            for job in self.jobs()
+            if job.queue == queue
+            and job.state == "dead"
+            and job.died_at is not None
+            and (older_than_s is None or _after(job.died_at, older_than_s) < now)
+        ]
+        for job_id in doomed:
+            del self._rows[job_id]
+        return len(doomed)
 
     # -- internals ---------------------------------------------------------------------
 

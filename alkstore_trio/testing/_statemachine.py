@@ -39,7 +39,7 @@ import hypothesis.strategies as st
 import trio
 from hypothesis import HealthCheck, event, given, note, settings
 
-from .._core import Job, QueueOpts
+from .._core import Job, JobState, QueueOpts
 from .._errors import HandleConsumed
 from ._model import ModelTransaction, ReferenceModel
 
@@ -262,6 +262,34 @@ class Sweep(_Step):
 
 
 @dataclass(frozen=True, repr=False)
+class RequeueDead(_Step):
+    """``queue.requeue_dead(ids)``, or ``queue.requeue_dead(all=True)`` when ``ids`` is
+    ``None`` (D24)."""
+
+    queue: str
+    ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, repr=False)
+class PurgeDead(_Step):
+    """``queue.purge_dead(older_than_s)`` (D25)."""
+
+    queue: str
+    older_than_s: float | None = None
+
+
+@dataclass(frozen=True, repr=False)
+class Inspect(_Step):
+    """The operator's reads (D22, D26): ``store.stats()`` (of every queue, or of
+    ``queue``), ``store.get_job`` of every id, and ``queue.list_jobs`` of each state
+    in pages of ``limit``."""
+
+    queue: str
+    every_queue: bool = True
+    limit: int = 2
+
+
+@dataclass(frozen=True, repr=False)
 class Advance(_Step):
     """Move the clock forward by ``seconds``."""
 
@@ -332,6 +360,8 @@ _SWEEP_RETENTIONS = st.sampled_from(_SWEEP_RETENTION_CHOICES)
 _HANDLE_OP_CHOICES: tuple[_HandleOp, ...] = ("heartbeat", "ack", "retry", "fail")
 _HANDLE_OPS = st.sampled_from(_HANDLE_OP_CHOICES)
 _TX_SIZES = st.integers(0, 3)
+_PURGE_AGES = st.sampled_from((None, 0.0, 3.0, 10.0))
+_LIST_LIMITS = st.sampled_from((1, 2, 100))
 _ACK_BATCH_SIZES = st.integers(0, 5)
 
 _StepKind: TypeAlias = Literal[
@@ -355,6 +385,9 @@ _StepKind: TypeAlias = Literal[
     "retry_handles",
     "fail_handles",
     "ack_handles_and_claim",
+    "requeue_dead",
+    "purge_dead",
+    "inspect",
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -387,6 +420,7 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
     if targets:
         kinds += ["advance to", "advance to"]
     kinds += ["enqueue_many", "ack_batch", "cancel", "sweep", "transaction"]
+    kinds += ["requeue_dead", "purge_dead", "inspect"]
     if consumed:
         kinds.append("reuse")
     kind = draw(st.sampled_from(kinds))
@@ -477,6 +511,18 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return Cancel(queue, job_id=draw(pool))
     if kind == "sweep":
         return Sweep(queue, retention_s=draw(_SWEEP_RETENTIONS))
+    if kind == "requeue_dead":
+        # Dead ids of this queue first, then any id (live, gone, of other queues).
+        dead = [job.id for job in jobs if job.state == "dead" and job.queue == name]
+        every: bool = draw(st.booleans())
+        if every:
+            return RequeueDead(queue)
+        redrive_pool = st.sampled_from([*dead, *dead, *run._id_pool()])
+        return RequeueDead(queue, ids=tuple(draw(redrive_pool) for _ in range(draw(_TX_SIZES))))
+    if kind == "purge_dead":
+        return PurgeDead(queue, older_than_s=draw(_PURGE_AGES))
+    if kind == "inspect":
+        return Inspect(queue, every_queue=draw(st.booleans()), limit=draw(_LIST_LIMITS))
     items = tuple(
         TxItem(
             draw(run.labels),
@@ -735,6 +781,23 @@ class _Run:
             )
             _agree(f"{step}: result", got_sweep, want_sweep)
             return got_sweep
+        if isinstance(step, RequeueDead):
+            queue = self.queues[step.queue]
+            if step.ids is None:
+                got_count = await queue.requeue_dead(all=True)
+            else:
+                got_count = await queue.requeue_dead(list(step.ids))
+            want_count = model.requeue_dead(queue.name, step.ids, now=now)
+            _agree(f"{step}: count", got_count, want_count)
+            return got_count
+        if isinstance(step, PurgeDead):
+            queue = self.queues[step.queue]
+            got_count = await queue.purge_dead(step.older_than_s)
+            want_count = model.purge_dead(queue.name, step.older_than_s, now=now)
+            _agree(f"{step}: count", got_count, want_count)
+            return got_count
+        if isinstance(step, Inspect):
+            return await self._inspect(step, now)
         if isinstance(step, Advance | AdvanceTo):
             await self.harness.advance(step.seconds)
             return await self.harness.now()
@@ -746,6 +809,27 @@ class _Run:
                     slot.crashed = True
             return None
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
+
+    async def _inspect(self, step: Inspect, now: datetime) -> _Outcome:
+        queue = self.queues[step.queue]
+        name = None if step.every_queue else queue.name
+        got_stats = await self.store.stats(name)
+        _agree(f"{step}: stats", got_stats, self.model.stats(name, now=now))
+        for job_id in self._ids_to_read():
+            got = await self.store.get_job(job_id)
+            _agree(f"{step}: store.get_job({job_id})", got, self.model.find_job(job_id))
+            _check_shape(f"{step}: store.get_job({job_id})", got)
+        states: tuple[JobState, ...] = ("pending", "processing", "dead")
+        for state in states:
+            after: int | None = None
+            while True:
+                page = await queue.list_jobs(state, limit=step.limit, after_id=after)
+                want = self.model.list_jobs(queue.name, state, limit=step.limit, after_id=after)
+                _agree(f"{step}: list_jobs({state!r}, after_id={after})", page, want)
+                if len(page) < step.limit:
+                    break
+                after = page[-1].id
+        return sum(entry.live + entry.dead for entry in got_stats.queues)
 
     async def _claim(self, step: Claim, now: datetime) -> _Outcome:
         queue = self.queues[step.queue]
@@ -943,7 +1027,8 @@ async def check_engine_against_model(
     handles, ack_handles_and_claim (acks, claims, or both), ack_batch of mixed ids,
     cancel, sweep_expired under several retentions, clock advances (onto deadlines
     exactly, and one microsecond past them), committed and rolled-back transactions,
-    and worker crashes. After each step every job's
+    worker crashes, and the operator's redrive and purge of dead jobs and reads
+    (stats, get_job by id alone, paged listings). After each step every job's
     ``get_job`` must agree on every queue.
 
     Call it inside ``trio.run`` from a ``@given(st.data())`` test (or use

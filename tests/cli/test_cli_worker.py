@@ -138,6 +138,8 @@ def test_cli_worker_defaults_match_the_worker_and_the_environment():
     assert (args.job_timeout_s, args.shutdown_grace_s, args.claim_batch_max) == (None, 30.0, 100)
     assert (args.sweep_interval_s, args.worker_id, args.status_interval_s) == (60.0, None, 10.0)
     assert args.log_level == "WARNING"
+    assert args.listen is True
+    assert parse("--queue=a=m:f", "--no-listen").listen is False  # poll-only mode
     # The command line wins over the environment.
     args = parse(
         "--queue=a=m:f", "--dsn=memory://", "--schema=cli", environ={"ALKSTORE_SCHEMA": "env"}

@@ -249,13 +249,18 @@ SQL_PERCENT = re.compile(r"%(?!\(\w+\)s|%)")
 SQL_RELATION = re.compile(
     r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE|REFERENCES|ON)\s+(?!ONLY\b)([A-Za-z_@][\w@.]*)"
 )
-SQL_CTE = re.compile(r"(?:\bWITH|,)\s+(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.I)
+SQL_CTE = re.compile(
+    r"(?:\bWITH(?:\s+RECURSIVE)?|,)\s+(\w+)\s*(?:\([\w\s,]*\))?\s+AS\s+(?:NOT\s+)?"
+    r"(?:MATERIALIZED\s+)?\(",
+    re.I,
+)
 SQL_CALL = re.compile(r"([A-Za-z_@][\w@.]*)\s*\(")
 #: Built-ins written unqualified: SQL syntax (not functions) and pg_catalog functions,
 #: which PostgreSQL resolves in pg_catalog first unless a search_path lists pg_catalog
 #: explicitly after another schema (see the report: do not do that).
-SQL_BUILTINS = {"coalesce", "unnest", "count", "exists", "any", "in", "values", "check"}
+SQL_BUILTINS = {"coalesce", "unnest", "count", "min", "exists", "any", "in", "values", "check"}
 SQL_WORDS = {"AS", "AND", "OR", "NOT", "MATERIALIZED", "USING", "ON", "FROM", "SELECT", "IN", "OF"}
+SQL_WORDS |= {"LATERAL", "FILTER", "TRUE"}
 
 
 def _strip_comments(text: str) -> str:

@@ -1063,3 +1063,45 @@ def test_q3_perf_lapsed_leases_are_reclaimed_without_a_scan():
             (job,) = table.claim("q", "x", 1, at(31))
             assert job.attempts == 2
     assert elapsed[0] < 1.0, f"1,000 reclaims took {elapsed[0]:.3f}s"
+
+
+# -- D24/D25: redrive and purge leave stale heap entries behind ------------------------
+
+
+def test_d24_a_redriven_row_is_not_expired_by_its_old_expiry_entry():
+    table = JobTable()
+    job_id = add(table, expires_in_s=10, delay_s=1000)
+    assert table.sweep_expired("q", None, at(11)) == SweepResult(1, 0)
+    assert table.requeue_dead("q", [job_id], at(20)) == 1
+    # The heap still holds the old (T0 + 10 s) entry: it must not expire the row.
+    table._index("q").expiry.append((at(10), job_id))
+    assert table.sweep_expired("q", None, at(25)) == SweepResult(0, 0)
+    job = table.get("q", job_id)
+    assert job is not None
+    assert (job.state, job.expires_at) == ("pending", at(30))
+    assert table.sweep_expired("q", None, at(30) + ONE_US) == SweepResult(1, 0)
+
+
+def test_d24_a_row_dead_again_after_a_redrive_keeps_its_new_retention():
+    table = JobTable()
+    job_id = add(table)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.fail("q", job_id, job.attempts, None, T0)
+    assert table.requeue_dead("q", None, at(50)) == 1
+    (job,) = table.claim("q", "w", 1, at(50))
+    assert job.attempts == 1
+    assert table.fail("q", job_id, job.attempts, None, at(50))
+    # The entry of the first death (T0) surfaces first: it must not purge the second.
+    assert table.sweep_expired("q", 10, at(20)) == SweepResult(0, 0)
+    assert table.get("q", job_id) is not None
+    assert table.sweep_expired("q", 10, at(60) + ONE_US) == SweepResult(0, 1)
+
+
+def test_d25_purge_dead_then_sweep_counts_nothing_twice():
+    table = JobTable()
+    job_id = add(table)
+    (job,) = table.claim("q", "w", 1, T0)
+    assert table.fail("q", job_id, job.attempts, None, T0)
+    assert table.purge_dead("q", 5, at(5)) == 0
+    assert table.purge_dead("q", 5, at(5) + ONE_US) == 1
+    assert table.sweep_expired("q", 0, at(100)) == SweepResult(0, 0)

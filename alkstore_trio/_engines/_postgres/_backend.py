@@ -22,7 +22,7 @@ import psycopg
 import psycopg.conninfo
 import trio
 
-from ..._core import FAILED, EnqueueSpec, Job, SweepResult
+from ..._core import FAILED, EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
 from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
@@ -255,6 +255,57 @@ class PostgresBackend:
             "sweep_expired", {"queue": queue, "retention_s": retention_s}
         )
         return SweepResult(int(expired), int(purged))
+
+    async def find_job(self, job_id: int) -> Job | None:
+        rows = await self._run("find_job", {"id": job_id})
+        return _job(rows[0]) if rows else None
+
+    async def list_jobs(
+        self, queue: str, state: JobState, limit: int, after_id: int | None
+    ) -> list[Job]:
+        # No id is below the int64 minimum: it stands for "from the first".
+        params = {
+            "queue": queue,
+            "after_id": -v.JOB_ID_MAX - 1 if after_id is None else after_id,
+            "limit": limit,
+        }
+        if state == "dead":
+            rows = await self._run("list_dead", params)
+        else:
+            rows = await self._run("list_live", {**params, "state": state})
+        return [_job(row) for row in rows]
+
+    async def stats(self, queue: str | None) -> StoreStats:
+        rows = await self._run("stats", {"queue": queue})
+        now = _utc(rows[0][0])
+        entries = tuple(
+            QueueStats(
+                queue=row[2],
+                pending_ready=int(row[3]),
+                pending_delayed=int(row[4]),
+                processing=int(row[6]),
+                reclaimable=int(row[7]),
+                dead=int(row[8]),
+                oldest_ready_age_s=(
+                    None if row[5] is None else max(0.0, (now - _utc(row[5])).total_seconds())
+                ),
+            )
+            for row in rows
+            if row[2] is not None
+        )
+        return StoreStats(now=now, ids_issued=int(rows[0][1]), queues=entries)
+
+    async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
+        params: dict[str, object] = {"queue": queue, "channel": self._channel(queue)}
+        if job_ids is None:
+            ((count, _),) = await self._run("requeue_dead_all", params)
+        else:
+            ((count, _),) = await self._run("requeue_dead", {**params, "ids": list(job_ids)})
+        return int(count)
+
+    async def purge_dead(self, queue: str, older_than_s: float | None) -> int:
+        ((count,),) = await self._run("purge_dead", {"queue": queue, "older_than_s": older_than_s})
+        return int(count)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresTransaction]:

@@ -464,3 +464,194 @@ SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM purged);
 
 -- name: schema_version
 SELECT version FROM @schema@.alk_schema_version;
+
+-- name: find_job
+-- D26: the row with this id, live or dead, of any queue (primary-key lookups).
+SELECT
+    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, NULL::timestamptz AS died_at
+FROM @schema@.jobs WHERE id = %(id)s::bigint
+UNION ALL
+SELECT
+    id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, died_at
+FROM @schema@.dead_jobs WHERE id = %(id)s::bigint;
+
+-- name: list_live
+-- D26: a page of this queue's live rows in one state, by id (a primary-key walk that
+-- stops after limit rows).
+SELECT
+    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, NULL::timestamptz AS died_at
+FROM @schema@.jobs
+WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s::bigint
+ORDER BY id
+LIMIT %(limit)s::bigint;
+
+-- name: list_dead
+-- D26: a page of this queue's dead rows, by id.
+SELECT
+    id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, died_at
+FROM @schema@.dead_jobs
+WHERE queue = %(queue)s::text AND id > %(after_id)s::bigint
+ORDER BY id
+LIMIT %(limit)s::bigint;
+
+-- name: stats
+-- D22: per queue, at one clock read: ready and delayed pending rows and the oldest ready
+-- run_at, processing rows and the lapsed ones, dead rows; plus the ids issued so far
+-- (the identity sequence; D23). With queue NULL, the queues are found by three skip
+-- scans (one index probe per distinct queue of the claim, lease and retention
+-- indexes: no walk of every row); with a queue, only that one (listed even when
+-- empty). The counts then walk each queue's entries in those partial indexes: counting
+-- is proportional to the rows counted, but never reads the table's payloads. The
+-- outer LEFT JOIN keeps one row (the clock) when no queue has rows.
+WITH RECURSIVE
+pending_queues (queue) AS (
+    (SELECT j.queue FROM @schema@.jobs AS j
+     WHERE j.state = 'pending' AND %(queue)s::text IS NULL
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM @schema@.jobs AS j
+            WHERE j.state = 'pending' AND j.queue > p.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM pending_queues AS p WHERE p.queue IS NOT NULL
+),
+processing_queues (queue) AS (
+    (SELECT j.queue FROM @schema@.jobs AS j
+     WHERE j.state = 'processing' AND %(queue)s::text IS NULL
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM @schema@.jobs AS j
+            WHERE j.state = 'processing' AND j.queue > p.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM processing_queues AS p WHERE p.queue IS NOT NULL
+),
+dead_queues (queue) AS (
+    (SELECT d.queue FROM @schema@.dead_jobs AS d
+     WHERE %(queue)s::text IS NULL
+     ORDER BY d.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM @schema@.dead_jobs AS d
+            WHERE d.queue > p.queue
+            ORDER BY d.queue LIMIT 1)
+    FROM dead_queues AS p WHERE p.queue IS NOT NULL
+),
+queues (queue) AS (
+    SELECT %(queue)s::text WHERE %(queue)s::text IS NOT NULL
+    UNION SELECT queue FROM pending_queues WHERE queue IS NOT NULL
+    UNION SELECT queue FROM processing_queues WHERE queue IS NOT NULL
+    UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+),
+clock AS MATERIALIZED (
+    SELECT
+        @schema@.alk_now() AS now,
+        (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+         FROM @schema@.jobs_id_seq AS s) AS issued
+)
+SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
+    x.reclaimable, x.dead
+FROM clock AS c
+LEFT JOIN LATERAL (
+    SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
+        d.dead
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        SELECT
+            count(*) FILTER (WHERE j.run_at <= c.now) AS ready,
+            count(*) FILTER (WHERE j.run_at > c.now) AS delayed,
+            min(j.run_at) FILTER (WHERE j.run_at <= c.now) AS oldest_ready
+        FROM @schema@.jobs AS j
+        WHERE j.queue = q.queue AND j.state = 'pending'
+    ) AS p
+    CROSS JOIN LATERAL (
+        SELECT
+            count(*) AS processing,
+            count(*) FILTER (WHERE j.claim_expires_at < c.now) AS reclaimable
+        FROM @schema@.jobs AS j
+        WHERE j.queue = q.queue AND j.state = 'processing'
+    ) AS l
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS dead FROM @schema@.dead_jobs AS d WHERE d.queue = q.queue
+    ) AS d
+) AS x ON true
+ORDER BY x.queue;
+
+-- name: requeue_dead
+-- D24: redrive the listed dead rows of this queue: back to jobs as pending, ready now,
+-- attempts 0, enqueued now, expires_at at its old distance from enqueued_at; claim
+-- fields and died_at cleared, last_error kept. Ids that are not dead rows of this queue
+-- match nothing. The dead rows are found by primary key; the live row keeps its id
+-- (OVERRIDING SYSTEM VALUE: the identity sequence is not used). The queue is woken
+-- (NOTIFY, at commit) when any row moved. Returns the count moved.
+WITH moved AS (
+    DELETE FROM @schema@.dead_jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
+    RETURNING *
+),
+revived AS (
+    INSERT INTO @schema@.jobs (
+        id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT
+        m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
+        m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
+        NULL, NULL, NULL, m.last_error
+    FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
+    RETURNING 1
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, '')
+    FROM (SELECT 1 FROM revived LIMIT 1) AS any_row
+)
+SELECT (SELECT count(*) FROM revived), (SELECT count(*) FROM woken);
+
+-- name: requeue_dead_all
+-- D24: requeue_dead for every dead row of this queue (a walk of the queue's entries in
+-- the retention index).
+WITH moved AS (
+    DELETE FROM @schema@.dead_jobs
+    WHERE queue = %(queue)s::text
+    RETURNING *
+),
+revived AS (
+    INSERT INTO @schema@.jobs (
+        id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT
+        m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
+        m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
+        NULL, NULL, NULL, m.last_error
+    FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
+    RETURNING 1
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, '')
+    FROM (SELECT 1 FROM revived LIMIT 1) AS any_row
+)
+SELECT (SELECT count(*) FROM revived), (SELECT count(*) FROM woken);
+
+-- name: purge_dead
+-- D25: delete this queue's dead rows with died_at + older_than_s < now, or every one
+-- when older_than_s is NULL (the bound is then +infinity); the count.
+WITH purged AS (
+    DELETE FROM @schema@.dead_jobs
+    WHERE queue = %(queue)s::text
+        AND died_at < coalesce(
+            @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
+            'infinity'::timestamptz
+        )
+    RETURNING 1
+)
+SELECT count(*) FROM purged;

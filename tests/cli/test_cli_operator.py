@@ -1,0 +1,275 @@
+"""The operator's commands (issue 6 item 1): ``stats``, ``jobs show/list``, ``dead
+list/requeue/purge``, ``enqueue``, ``cancel`` and ``sweep``, run in-process through
+``main([...])`` against a throwaway PostgreSQL schema (``schema`` of
+``tests/postgres/conftest.py``, dropped after each test). Rows are seeded and checked
+through the library in their own ``trio.run``; ``main`` runs its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from alkstore_trio import QueueOpts, Store, open_store
+from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+
+@pytest.fixture
+def cli(pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, capsys):
+    """``cli(*args) -> (status, stdout, stderr)`` with ALKSTORE_DSN / ALKSTORE_SCHEMA set
+    to the test server and a migrated throwaway schema."""
+    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
+    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
+    capsys.readouterr()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            status = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            status = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    assert run("migrate")[0] == EXIT_OK
+    return run
+
+
+@pytest.fixture
+def on_store(pg_dsn: str, schema: str):
+    """``on_store(fn)``: run ``await fn(store)`` on the test schema; its result."""
+
+    def run(fn: Callable[[Store], Awaitable[Any]]) -> Any:
+        async def main_() -> Any:
+            async with open_store(pg_dsn, schema=schema, listen=False) as store:
+                return await fn(store)
+
+        return trio.run(main_)
+
+    return run
+
+
+async def _dead(store: Store, queue: str, payload: bytes, error: str = "boom") -> int:
+    q = store.queue(queue)
+    job_id = await q.enqueue(payload, priority=100)
+    handle = await q.claim_one("w")
+    assert handle is not None
+    assert handle.id == job_id
+    assert await handle.fail(error)
+    return job_id
+
+
+def test_d22_stats_prints_each_queue_and_json(cli, on_store):
+    async def seed(store: Store) -> None:
+        emails = store.queue("emails", QueueOpts(visibility_timeout_s=60))
+        await emails.enqueue_many([b"a", b"b"])
+        await emails.enqueue(b"later", delay_s=3600)
+        assert await emails.claim_one("w") is not None
+        await _dead(store, "reports", b"r")
+
+    on_store(seed)
+    status, out, _ = cli("stats")
+    assert status == EXIT_OK
+    lines = out.splitlines()
+    assert lines[1].split() == [
+        "QUEUE", "READY", "DELAYED", "PROCESSING", "RECLAIMABLE", "DEAD", "OLDEST", "READY",
+    ]  # fmt: skip
+    assert lines[2].split()[:6] == ["emails", "1", "1", "1", "0", "0"]
+    assert lines[3].split()[:7] == ["reports", "0", "0", "0", "0", "1", "-"]
+    status, out, _ = cli("stats", "--json", "--queue", "reports")
+    assert status == EXIT_OK
+    data = json.loads(out)
+    assert [q["queue"] for q in data["queues"]] == ["reports"]
+    assert data["queues"][0]["dead"] == 1
+    assert data["ids_issued"] == 4
+
+
+def test_d23_stats_watch_reports_jobs_finished_per_minute(cli, on_store):
+    on_store(lambda store: store.queue("q").enqueue_many([b"1", b"2"]))
+    status, out, _ = cli("stats", "--watch", "--interval", "0.05", "--count", "2", "--json")
+    assert status == EXIT_OK
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert first["finished_per_min"] is None
+    assert second["finished_per_min"] == 0.0  # nothing acked between the readings
+    status, out, _ = cli("stats", "--watch", "--interval", "0.05", "--count", "1")
+    assert status == EXIT_OK
+    assert "finished per minute" in out
+    assert "\x1b[" not in out  # not a terminal: plain blocks, no cursor control
+
+
+def test_d26_jobs_show_previews_json_text_and_binary_payloads(cli, on_store):
+    ids = on_store(
+        lambda store: store.queue("show").enqueue_many(
+            [b'{"to":  "ada@example.com"}', b"line\tone\n", bytes(range(200))]
+        )
+    )
+    status, out, _ = cli("jobs", "show", str(ids[0]))
+    assert status == EXIT_OK
+    assert "queue                 show" in out
+    assert "26 bytes, json" in out
+    assert '{"to": "ada@example.com"}' in out
+    status, out, _ = cli("jobs", "show", str(ids[1]))
+    assert "9 bytes, text" in out
+    assert "line\\tone\\n" in out  # escaped: one line, no raw control character
+    assert "\t" not in out
+    status, out, _ = cli("jobs", "show", str(ids[2]))
+    assert "200 bytes, binary" in out  # undecodable bytes: hex of the first 64
+    assert "00 01 02 03" in out
+    assert out.rstrip().endswith("…")
+    status, out, _ = cli("jobs", "show", str(ids[2]), "--json")
+    assert json.loads(out)["payload_size"] == 200
+
+
+def test_d26_jobs_show_payload_writes_the_raw_bytes(
+    pg_dsn, schema, on_store, monkeypatch, capfdbinary
+):
+    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
+    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
+    assert main(["migrate"]) == EXIT_OK
+    job_id = on_store(lambda store: store.queue("raw").enqueue(b"\x00\xff raw"))
+    capfdbinary.readouterr()
+    assert main(["jobs", "show", str(job_id), "--payload"]) == EXIT_OK
+    assert capfdbinary.readouterr().out == b"\x00\xff raw"
+
+
+def test_jobs_show_of_an_unknown_id_exits_1_with_one_line(cli):
+    status, out, err = cli("jobs", "show", "424242")
+    assert (status, out) == (EXIT_FAILED, "")
+    assert err.count("\n") == 1
+    assert "no job 424242" in err
+
+
+def test_d26_jobs_list_pages_by_id(cli, on_store):
+    ids = on_store(lambda store: store.queue("list").enqueue_many([b"1", b"2", b"3"]))
+    status, out, _ = cli("jobs", "list", "--queue", "list", "--state", "pending", "--limit", "2")
+    assert status == EXIT_OK
+    rows = out.splitlines()[1:]
+    assert [int(row.split()[0]) for row in rows] == ids[:2]
+    status, out, _ = cli(
+        "jobs", "list", "--queue", "list", "--state", "pending", "--after-id", str(ids[1]),
+        "--json",
+    )  # fmt: skip
+    assert [json.loads(line)["id"] for line in out.splitlines()] == ids[2:]
+    status, _, err = cli("jobs", "list", "--queue", "list", "--state", "done")
+    assert status == EXIT_USAGE
+    assert "invalid choice" in err
+
+
+def test_d24_dead_list_and_requeue_by_id(cli, on_store):
+    async def seed(store: Store) -> tuple[int, int, int]:
+        return (
+            await _dead(store, "a", b"1", "first failure"),
+            await _dead(store, "b", b"2"),
+            await store.queue("a").enqueue(b"live"),
+        )
+
+    dead_a, dead_b, live = on_store(seed)
+    status, out, _ = cli("dead", "list")
+    assert status == EXIT_OK
+    assert "first failure" in out
+    assert [int(row.split()[0]) for row in out.splitlines()[1:]] == [dead_a, dead_b]
+    status, out, err = cli("dead", "requeue", str(dead_a), str(live), "--queue", "a")
+    assert status == EXIT_OK
+    assert "queue 'a': requeued 1 dead job" in out
+    assert f"skipped 1 id(s) that are not dead jobs of queue 'a': {live}" in err
+
+    async def check(store: Store) -> None:
+        job = await store.get_job(dead_a)
+        assert job is not None
+        assert (job.state, job.attempts) == ("pending", 0)
+        other = await store.get_job(dead_b)
+        assert other is not None
+        assert other.state == "dead"
+
+    on_store(check)
+    status, out, err = cli("dead", "requeue", str(live))
+    assert status == EXIT_FAILED
+    assert "none of the ids is a dead job" in err
+
+
+def test_d24_dead_requeue_all_and_its_usage_errors(cli, on_store):
+    async def seed(store: Store) -> None:
+        await _dead(store, "a", b"1")
+        await _dead(store, "a", b"2")
+        await _dead(store, "b", b"3")
+
+    on_store(seed)
+    assert cli("dead", "requeue")[0] == EXIT_USAGE
+    assert cli("dead", "requeue", "1", "--all")[0] == EXIT_USAGE
+    status, out, _ = cli("dead", "requeue", "--all", "--queue", "a")
+    assert status == EXIT_OK
+    assert "queue 'a': requeued 2 dead jobs" in out
+    status, out, _ = cli("dead", "requeue", "--all")
+    assert "queue 'b': requeued 1 dead job" in out
+    assert "queue 'a'" not in out  # nothing dead left there
+
+
+def test_d25_dead_purge_older_than_and_all(cli, on_store):
+    on_store(lambda store: _dead(store, "p", b"x"))
+    status, out, _ = cli("dead", "purge", "--older-than", "3600")
+    assert (status, out) == (EXIT_OK, "queue 'p': purged 0 dead jobs\n")
+    status, out, _ = cli("dead", "purge", "--queue", "p")
+    assert (status, out) == (EXIT_OK, "queue 'p': purged 1 dead job\n")
+    assert cli("dead", "purge", "--older-than", "-1")[0] == EXIT_USAGE
+
+
+def test_enqueue_cancel_and_sweep(cli, on_store, tmp_path):
+    status, out, _ = cli(
+        "enqueue", "--queue", "mail", "--payload-json", '{"to": "ada"}', "--priority", "5",
+        "--delay-s", "60", "--max-attempts", "7",
+    )  # fmt: skip
+    assert status == EXIT_OK
+    job_id = int(out)
+    payload_file = tmp_path / "payload.bin"
+    payload_file.write_bytes(b"\x00binary")
+    status, out, _ = cli("enqueue", "--queue", "mail", "--payload-file", str(payload_file))
+    second = int(out)
+
+    async def check(store: Store) -> tuple[Any, Any]:
+        return await store.get_job(job_id), await store.get_job(second)
+
+    first_job, second_job = on_store(check)
+    assert (first_job.payload, first_job.priority, first_job.max_attempts) == (
+        b'{"to": "ada"}',
+        5,
+        7,
+    )
+    assert (first_job.run_at - first_job.enqueued_at).total_seconds() == 60
+    assert second_job.payload == b"\x00binary"
+    status, out, _ = cli("cancel", str(job_id))
+    assert (status, out) == (EXIT_OK, f"cancelled job {job_id} (pending in queue 'mail')\n")
+    status, _, err = cli("cancel", str(job_id))
+    assert status == EXIT_FAILED
+    assert "there is no live job with this id" in err
+    status, out, _ = cli("sweep")
+    assert (status, out) == (EXIT_OK, "queue 'mail': expired 0, purged 0\n")
+    status, _, err = cli("enqueue", "--queue", "mail", "--payload-json", "{nope")
+    assert status == EXIT_USAGE
+    assert "is not valid JSON" in err
+    assert "nope" not in err  # the payload is not echoed
+    assert cli("enqueue", "--queue", "alk_reserved", "--payload-json", "1")[0] == EXIT_USAGE
+    status, _, err = cli("enqueue", "--queue", "m", "--payload-file", str(tmp_path / "none"))
+    assert status == EXIT_USAGE
+    assert "check the path" in err
+
+
+def test_operator_commands_never_echo_the_password(monkeypatch, capsys, schema):
+    monkeypatch.delenv("ALKSTORE_DSN", raising=False)
+    dsn = "postgresql://alk:hunter2-secret@127.0.0.1:1/test"
+    status = main(["stats", "--dsn", dsn, "--schema", schema, "--connect-timeout", "2"])
+    _, err = capsys.readouterr()
+    assert status == EXIT_FAILED
+    assert "hunter2" not in err
+    assert err.count("\n") == 1
+    assert "check --dsn" in err
+
+
+def test_operator_commands_need_a_dsn(monkeypatch, capsys):
+    monkeypatch.delenv("ALKSTORE_DSN", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["dead", "list"])
+    assert exc.value.code == EXIT_USAGE
+    assert "--dsn is required (or set ALKSTORE_DSN)" in capsys.readouterr().err
