@@ -265,6 +265,10 @@ class _Slot:
     scope: trio.CancelScope
     #: The heartbeat actor's scope, once the dispatcher started it (shielded likewise).
     heartbeat_scope: trio.CancelScope | None = None
+    #: Trio time by which the lease surely ends (the scope's deadline while it runs).
+    lease_until: float = math.inf
+    #: The job actor has left ``scope`` (setting its deadline then would be pointless).
+    finished: bool = False
     lost: bool = False
     #: The dispatcher cancelled the scope (lease lost, grace over), as opposed to the
     #: lease deadline.
@@ -706,12 +710,14 @@ class Worker:
         for handle in handles:
             job = handle.job
             interval = self._heartbeat_interval_s or job.visibility_timeout_s / 3
+            lease_until = sent_at + job.visibility_timeout_s
             slot = _Slot(
                 handle=handle,
                 handler=handler,
                 claimed_at=now,
                 heartbeat_interval_s=interval,
-                scope=trio.CancelScope(shield=True, deadline=sent_at + job.visibility_timeout_s),
+                scope=trio.CancelScope(shield=True, deadline=lease_until),
+                lease_until=lease_until,
             )
             self._slots.add(slot)
             heartbeats.setdefault(interval, []).append(slot)
@@ -730,7 +736,7 @@ class Worker:
         assert self._jobs is not None
         await self._renew(slots)
         for slot in slots:
-            if slot in self._slots and not (slot.reported or slot.lost):
+            if slot in self._slots and not (slot.finished or slot.reported or slot.lost):
                 slot.heartbeat_scope = trio.CancelScope(shield=True)
                 job = slot.handle.job
                 self._jobs.start_soon(
@@ -752,7 +758,9 @@ class Worker:
         for slot, renewed in zip(slots, results, strict=True):
             if renewed:
                 # The lease now runs until (at the latest) sent_at + visibility timeout.
-                slot.scope.deadline = sent_at + slot.handle.job.visibility_timeout_s
+                slot.lease_until = sent_at + slot.handle.job.visibility_timeout_s
+                if not slot.finished:
+                    slot.scope.deadline = slot.lease_until
                 self._log(logging.DEBUG, "heartbeat", slot.handle.job, "renewed the claim")
             else:
                 self._lose(slot, "heartbeat refused")
@@ -811,7 +819,7 @@ class Worker:
                 self._slots.discard(slot)
                 continue
             if outcome.kind == "lapsed":
-                if slot.scope.deadline > trio.current_time():
+                if slot.lease_until > trio.current_time():
                     # A renewal sent before the deadline was accepted after the handler
                     # had been stopped: the claim is still ours, so give the job back
                     # now rather than leave an unused lease for a visibility timeout.
@@ -958,6 +966,7 @@ class Worker:
             with slot.scope:
                 outcome = await self._run_handler(slot)
         finally:
+            slot.finished = True
             if slot.heartbeat_scope is not None:
                 slot.heartbeat_scope.cancel()
             if outcome is None:
