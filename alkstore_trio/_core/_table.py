@@ -63,6 +63,7 @@ class JobTable:
     def __init__(self) -> None:
         self._live: dict[int, Job] = {}
         self._gen: dict[int, int] = {}
+        self._next_gen = 0
         self._dead: dict[int, Job] = {}
         self._queues: dict[str, _QueueIndex] = {}
         self._next_id = 1
@@ -428,7 +429,11 @@ class JobTable:
 
     def _set_live(self, job: Job, now: datetime) -> None:
         """Store a live row under a new generation and index it by its state."""
-        gen = self._gen.get(job.id, 0) + 1
+        # Generations are unique across the table, never per row: a row that died and
+        # was requeued (D24) must not bring its stale heap entries of an earlier life
+        # back to validity.
+        self._next_gen += 1
+        gen = self._next_gen
         self._gen[job.id] = gen
         self._live[job.id] = job
         index = self._index(job.queue)

@@ -1105,3 +1105,15 @@ def test_d25_purge_dead_then_sweep_counts_nothing_twice():
     assert table.purge_dead("q", 5, at(5)) == 0
     assert table.purge_dead("q", 5, at(5) + ONE_US) == 1
     assert table.sweep_expired("q", 0, at(100)) == SweepResult(0, 0)
+
+
+def test_d24_a_redriven_row_is_claimed_by_its_new_run_at_not_an_entry_of_its_first_life():
+    """Regression (found by the engine-vs-model state machine): a row's heap entries are
+    fenced by a generation; a redriven row must get one never used before, or the ready
+    entry of its first life (older run_at) becomes valid again and jumps the queue."""
+    table = JobTable()
+    first = add(table, delay_s=-3, expires_in_s=10)  # ready entry keyed at T0 - 3 s
+    assert table.sweep_expired("q", None, at(11)) == SweepResult(1, 0)
+    older = add(table, at(12))  # run_at T0 + 12 s
+    assert table.requeue_dead("q", [first], at(13)) == 1  # run_at T0 + 13 s now
+    assert ids(table.claim("q", "w", 2, at(14))) == [older, first]
