@@ -1,6 +1,7 @@
 """Public test helpers for users of alkstore_trio and for engine authors.
 
-- :class:`ManualClock`: a clock that moves only when told to.
+- :class:`ManualClock`: a clock that moves only when told to; :class:`TrioClock`: one
+  that follows trio's (mock) clock, for workers under ``MockClock``.
 - :class:`EngineHarness` / :class:`MemoryHarness`: how the suites drive one engine.
 - :func:`check_conformance` / :data:`CONFORMANCE_CHECKS`: the contract (Q1-Q12) as one
   suite every engine must pass.
@@ -16,6 +17,7 @@
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._clock import ManualClock as ManualClock
+from ._clock import TrioClock as TrioClock
 from ._conformance import CONFORMANCE_CHECKS as CONFORMANCE_CHECKS
 from ._conformance import check_conformance as check_conformance
 from ._harness import EngineHarness as EngineHarness

@@ -47,3 +47,34 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock({self._now.isoformat()})"
+
+
+class TrioClock:
+    """A store clock that follows trio's clock: ``start + trio.current_time()`` seconds.
+
+    For testing a :class:`~alkstore_trio.Worker` on the in-memory engine under
+    ``trio.testing.MockClock(autojump_threshold=0)``: the worker's intervals (heartbeats,
+    polls, grace periods) run on trio's clock, and with this clock the store's leases,
+    delays and expiry move with them, so whole runs take no real time::
+
+        async with open_store("memory://", clock=TrioClock()) as store:
+            ...
+
+    Args:
+        start: The store time at trio time 0, timezone-aware (default 2000-01-01Z).
+
+    Raises:
+        InvalidArgument: ``start`` is naive or not a datetime.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._start = DEFAULT_START if start is None else v.check_aware_utc("start", start)
+
+    def now(self) -> datetime:
+        """The store time now (timezone-aware UTC); call it inside ``trio.run``."""
+        import trio  # imported here: ManualClock needs no trio
+
+        return self._start + timedelta(seconds=trio.current_time())
+
+    def __repr__(self) -> str:
+        return f"TrioClock(start={self._start.isoformat()})"

@@ -12,15 +12,9 @@ from datetime import UTC, datetime, timedelta
 import trio
 
 from alkstore_trio import Fail, QueueOpts, Retry, Worker
+from alkstore_trio.testing import TrioClock
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
-
-
-class TrioClock:
-    """The store's clock, following trio's (mock) clock."""
-
-    def now(self) -> datetime:
-        return T0 + timedelta(seconds=trio.current_time())
 
 
 @asynccontextmanager

@@ -19,7 +19,7 @@ import sys
 import textwrap
 import types
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 import sniffio
@@ -38,16 +38,10 @@ from alkstore_trio import (
     open_store,
 )
 from alkstore_trio._runtime import _asyncio
+from alkstore_trio.testing import TrioClock
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 _START = [0.0]
-
-
-class TrioClock:
-    """The store's clock, following trio's (mock) clock."""
-
-    def now(self) -> datetime:
-        return T0 + timedelta(seconds=trio.current_time())
 
 
 def now():

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 import trio
 
 from alkstore_trio import Fail, QueueOpts, Retry, Worker, open_store
+from alkstore_trio.testing import TrioClock
 from alkstore_trio.testing._history import (
     HistoryEvent,
     HistoryRecorder,
@@ -31,13 +32,6 @@ from alkstore_trio.testing._history import (
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 VT_S = 10.0
-
-
-class TrioClock:
-    """The store's clock, following trio's (mock) clock."""
-
-    def now(self) -> datetime:
-        return T0 + timedelta(seconds=trio.current_time())
 
 
 async def wait_until(predicate, *, step_s=0.5, limit_s=600.0):

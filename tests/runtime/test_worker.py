@@ -21,16 +21,10 @@ import trio
 from alkstore_trio import EngineError, InvalidArgument, QueueOpts, SupervisorEscalated, open_store
 from alkstore_trio._runtime._outcomes import Fail, Retry
 from alkstore_trio._runtime._worker import Worker, WorkerStatistics
+from alkstore_trio.testing import TrioClock
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 LOGGER = "alkstore_trio.worker"
-
-
-class TrioClock:
-    """The store's clock, following trio's (mock) clock."""
-
-    def now(self) -> datetime:
-        return T0 + timedelta(seconds=trio.current_time())
 
 
 _START = [0.0]
