@@ -1,6 +1,10 @@
 """Every script in ``examples/`` runs to completion, as ``python examples/NAME.py``.
 
 Examples are discovered by glob, so a new example is tested without touching this file.
+An example that mentions ``ALKSTORE_DSN`` needs PostgreSQL: ``conftest.py`` gives it the
+test server's DSN in that variable, or skips it (fails it with ``ALKSTORE_REQUIRE_PG=1``)
+when there is none. The systemd unit in ``examples/systemd/`` is checked by
+``test_acceptance_systemd_unit.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,13 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 def test_there_are_examples_to_run():
     names = {path.name for path in EXAMPLES}
     assert {"quickstart.py", "transactional_enqueue.py"} <= names
+    # Issue 6 item 4: custom backoff, graceful shutdown under systemd, model checking.
+    assert {
+        "retries_with_custom_backoff.py",
+        "graceful_shutdown.py",
+        "model_check_a_handler.py",
+    } <= names
+    assert (ROOT / "examples" / "systemd" / "alkstore-worker.service").is_file()
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
