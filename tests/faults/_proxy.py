@@ -82,6 +82,7 @@ class Proxy:
                 while data := await source.receive_some(1 << 16):
                     send.send_nowait((trio.current_time() + self.latency_s, data))
                 send.close()  # deliver the rest, then end
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
+            # Raised by either task, so grouped by the nursery: a reset session.
             pass
         both.cancel()  # one side ended: end both
