@@ -17,6 +17,13 @@ The jobs it held are then reclaimed by other workers when their leases lapse.
 
 All output goes to stderr (stdout stays empty): one line when the worker is ready, one
 per signal, a status line every ``status_interval_s``, and a summary at exit.
+
+Under systemd (``$NOTIFY_SOCKET`` set, e.g. ``Type=notify``) the command also speaks the
+sd_notify protocol, without libsystemd: ``READY=1`` once the worker claims, ``STATUS=``
+with each status line, ``STOPPING=1`` at the first stop signal, and, when the unit sets
+``WatchdogSec=``, ``WATCHDOG=1`` every half watchdog interval from a task of the event
+loop, so a handler that blocks the loop (sync work without checkpoints) gets the worker
+restarted instead of silently stalling its leases.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import importlib
 import inspect
 import os
 import signal
+import socket
 import sys
 from contextlib import suppress
 from dataclasses import dataclass
@@ -266,6 +274,76 @@ def format_summary(stats: WorkerStatistics, wall_time_s: float) -> str:
     return "\n".join(lines)
 
 
+# --- systemd -------------------------------------------------------------------------
+
+
+class SystemdNotifier:
+    """sd_notify(3) in a few lines: datagrams of ``KEY=value`` lines to the socket named
+    by ``$NOTIFY_SOCKET`` (a path, or ``@name`` for the abstract namespace).
+
+    Sending never blocks and never raises: a notification systemd cannot take (the socket
+    gone, its buffer full) is dropped, and the first such failure is reported once
+    through ``on_error``. Made by :meth:`from_environ`, which returns ``None`` outside
+    systemd."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        watchdog_interval_s: float | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self._address = "\0" + address[1:] if address.startswith("@") else address
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._socket.setblocking(False)
+        #: Seconds between ``WATCHDOG=1`` pings (half of ``WatchdogSec``), or None.
+        self.watchdog_interval_s = watchdog_interval_s
+        self._on_error = on_error
+        self.failures = 0
+
+    @classmethod
+    def from_environ(
+        cls, environ: Mapping[str, str], *, on_error: Callable[[str], None] | None = None
+    ) -> SystemdNotifier | None:
+        """The notifier systemd asked for, or ``None`` (no ``NOTIFY_SOCKET``).
+
+        ``WATCHDOG_USEC`` turns the watchdog on when ``WATCHDOG_PID`` is unset or names
+        this process (as ``sd_watchdog_enabled`` does)."""
+        address = environ.get("NOTIFY_SOCKET", "")
+        if not address or not (address.startswith(("/", "@"))):
+            return None
+        interval_s: float | None = None
+        usec, pid = environ.get("WATCHDOG_USEC", ""), environ.get("WATCHDOG_PID", "")
+        if usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid())):
+            interval_s = int(usec) / 2e6
+        return cls(address, watchdog_interval_s=interval_s, on_error=on_error)
+
+    def notify(self, **fields: object) -> None:
+        """Send one notification: ``notify(READY=1, STATUS="...")``. Newlines in values
+        are replaced (each field is one line of the datagram)."""
+        lines = [f"{key}={str(value).replace(chr(10), ' ')}" for key, value in fields.items()]
+        try:
+            self._socket.sendto("\n".join(lines).encode(), self._address)
+        except OSError as exc:
+            self.failures += 1
+            if self.failures == 1 and self._on_error is not None:
+                self._on_error(
+                    f"a systemd notification was not delivered ({type(exc).__name__}: "
+                    f"{exc.strerror or exc}); later failures are not reported"
+                )
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+async def _watchdog(notifier: SystemdNotifier, interval_s: float, started: trio.Event) -> None:
+    """Ping systemd's watchdog every ``interval_s`` while the event loop runs."""
+    await started.wait()
+    while True:
+        notifier.notify(WATCHDOG=1)
+        await trio.sleep(interval_s)
+
+
 # --- signals -------------------------------------------------------------------------
 
 
@@ -296,6 +374,8 @@ class _Stopper:
         #: Cancelled by a signal that arrives before the worker exists.
         self.startup = trio.CancelScope()
         self.received = 0
+        #: Set when running under systemd (``$NOTIFY_SOCKET``).
+        self.notifier: SystemdNotifier | None = None
 
     def say(self, message: str) -> None:
         print(f"{PREFIX} {message}", file=self.out, flush=True)
@@ -313,6 +393,10 @@ class _Stopper:
             self.force_exit()
         running = worker.statistics().in_flight
         if self.received == 1:
+            if self.notifier is not None:
+                self.notifier.notify(
+                    STOPPING=1, STATUS=f"stopping: draining {running} running handler(s)"
+                )
             self.say(
                 f"{name}: stopping: no new claims; {running} running handler(s) get up to "
                 f"{self.grace_s:g}s to finish, then are cancelled and their jobs released. "
@@ -355,18 +439,24 @@ class _Started:
     def started(self, value: None = None) -> None:
         self.at = trio.current_time()
         self.stopper.say(self.line)
+        if self.stopper.notifier is not None:
+            self.stopper.notifier.notify(READY=1, STATUS=self.line, MAINPID=os.getpid())
         self.event.set()
 
 
 async def _report_status(
-    worker: Worker, interval_s: float, out: TextIO, started: trio.Event
+    worker: Worker, interval_s: float, stopper: _Stopper, started: trio.Event
 ) -> None:
     await started.wait()
     previous, since = worker.statistics(), trio.current_time()
     while True:
         await trio.sleep(interval_s)
         stats, now = worker.statistics(), trio.current_time()
-        print(format_status(stats, previous, now - since), file=out, flush=True)
+        line = format_status(stats, previous, now - since)
+        print(line, file=stopper.out, flush=True)
+        if stopper.notifier is not None:
+            status = line.removeprefix(PREFIX).strip()
+            stopper.notifier.notify(STATUS=f"stopping: {status}" if stopper.received else status)
         previous, since = stats, now
 
 
@@ -380,6 +470,7 @@ async def serve_worker(
     signals: AsyncIterator[int] | None = None,
     out: TextIO | None = None,
     force_exit: Callable[[], NoReturn] = exit_now,
+    environ: Mapping[str, str] | None = None,
 ) -> int:
     """Open the store, run a :class:`Worker` on it until a stop signal (R7), and print
     the summary.
@@ -395,6 +486,8 @@ async def serve_worker(
             with :func:`trio.open_signal_receiver`); tests pass a channel.
         out: Where lines go (default ``sys.stderr``).
         force_exit: What the third signal calls (default :func:`exit_now`).
+        environ: Where ``NOTIFY_SOCKET``, ``WATCHDOG_USEC`` and ``WATCHDOG_PID`` are read
+            (default ``os.environ``): under systemd the command speaks sd_notify.
 
     Returns:
         0 after a graceful stop (first signal), 130 after a forced one (second signal).
@@ -410,14 +503,21 @@ async def serve_worker(
         grace_s=float(options.get("shutdown_grace_s", 30.0)),
         force_exit=force_exit,
     )
-    if signals is not None:
-        return await _serve(
-            stopper, signals, open_store, handlers, options, where, status_interval_s
-        )
-    with trio.open_signal_receiver(*STOP_SIGNALS) as received:
-        return await _serve(
-            stopper, received, open_store, handlers, options, where, status_interval_s
-        )
+    stopper.notifier = SystemdNotifier.from_environ(
+        os.environ if environ is None else environ, on_error=stopper.say
+    )
+    try:
+        if signals is not None:
+            return await _serve(
+                stopper, signals, open_store, handlers, options, where, status_interval_s
+            )
+        with trio.open_signal_receiver(*STOP_SIGNALS) as received:
+            return await _serve(
+                stopper, received, open_store, handlers, options, where, status_interval_s
+            )
+    finally:
+        if stopper.notifier is not None:
+            stopper.notifier.close()
 
 
 async def _serve(
@@ -440,9 +540,14 @@ async def _serve(
                     worker = Worker(store, by_queue, **options)
                     stopper.worker = worker
                     started = _Started(stopper, _ready_line(worker, where), trio.Event())
+                    notifier = stopper.notifier
                     if status_interval_s > 0:
                         nursery.start_soon(
-                            _report_status, worker, status_interval_s, stopper.out, started.event
+                            _report_status, worker, status_interval_s, stopper, started.event
+                        )
+                    if notifier is not None and notifier.watchdog_interval_s is not None:
+                        nursery.start_soon(
+                            _watchdog, notifier, notifier.watchdog_interval_s, started.event
                         )
                     try:
                         await worker.run(task_status=started)

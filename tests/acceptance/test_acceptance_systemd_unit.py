@@ -17,9 +17,10 @@ parsed here and checked for what a graceful ``systemctl stop`` depends on (rule 
 - ``KillMode`` is ``mixed`` or ``control-group``: ``process`` and ``none`` would leave
   the processes a handler started running after the worker exited, outside any stop;
   ``SendSIGKILL`` is not turned off (a hung worker must still end);
-- ``Type=exec`` or ``simple``: the worker does not speak sd_notify, so under
-  ``Type=notify`` systemd would wait for a readiness message that never comes and kill
-  it at ``TimeoutStartSec``;
+- ``Type=notify`` (the worker speaks sd_notify: ready once it claims, stopping at the
+  first signal, watchdog pings), ``exec`` or ``simple``; a ``WatchdogSec=`` only with
+  ``Type=notify`` (nothing else pings it) and long enough for the worker's pings, sent
+  every half of it;
 - ``Restart=on-failure``, and never a restart loop on a usage error (status 2);
 - the example unit's sandbox keeps what the worker needs: TCP and Unix sockets (to reach
   PostgreSQL), and no write access it does not need (``ProtectSystem=strict``,
@@ -209,9 +210,12 @@ def test_issue6_unit_keeps_the_graceful_stop_contract(where, text):
     assert (unit.one("Service", "SendSIGKILL") or "yes") != "no"
 
     # Starting and restarting.
-    assert (unit.one("Service", "Type") or "simple") in ("exec", "simple"), (
-        f"{where}: the worker sends no sd_notify readiness"
-    )
+    service_type = unit.one("Service", "Type") or "simple"
+    assert service_type in ("notify", "exec", "simple"), f"{where}: Type={service_type}"
+    watchdog = unit.one("Service", "WatchdogSec")
+    if watchdog is not None and time_span_s(watchdog) > 0:
+        assert service_type == "notify", f"{where}: WatchdogSec= needs Type=notify"
+        assert time_span_s(watchdog) >= 10, f"{where}: WatchdogSec={watchdog} is too short"
     assert unit.one("Service", "Restart") == "on-failure", f"{where}: Restart="
     prevented = " ".join(unit.values("Service", "RestartPreventExitStatus")).split()
     assert "2" in prevented, f"{where}: status 2 (usage error) must not restart in a loop"
