@@ -141,11 +141,13 @@ class Store:
     async def stats(self, queue: str | Queue | None = None) -> StoreStats:
         """Count every queue's rows by state, at one instant of the engine's clock (D22).
 
-        For each queue with rows (or only ``queue``, listed even when empty): ready and
-        delayed pending rows, processing rows and how many of them lapsed, dead rows,
-        and how long the oldest ready row has waited. Counting is proportional to the
-        rows counted (on PostgreSQL it walks the partial indexes, not the table), so
-        poll it every few seconds, not in a tight loop.
+        For each queue with rows or counted jobs (or only ``queue``, listed even when
+        empty): ready and delayed pending rows, processing rows and how many of them
+        lapsed, dead rows, how long the oldest ready row has waited, and how many jobs
+        the queue acked, dead-lettered and cancelled so far (D27: cumulative counters;
+        two readings give rates). Counting is proportional to the rows counted (on
+        PostgreSQL it walks the partial indexes, not the table), so poll it every few
+        seconds, not in a tight loop.
 
         Args:
             queue: A queue name or handle of this store, or ``None`` for every queue.

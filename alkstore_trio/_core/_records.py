@@ -118,9 +118,18 @@ class QueueStats:
         oldest_ready_age_s: How long the longest-waiting ready row has been claimable
             (``now - min(run_at)`` over the ready rows), in seconds; ``None`` when no
             row is ready. A growing value means the workers fall behind.
+        acked_total: Jobs of the queue acked so far (D27): by a handle's ``ack``,
+            ``ack_batch``, ``ack_handles`` and ``ack_handles_and_claim``.
+        dead_lettered_total: Dead-letter moves of the queue so far (D27): ``fail``,
+            ``retry`` at budget, the pre-claim sweep and the expiry sweep. A job
+            redriven (D24) and dead again counts twice.
+        cancelled_total: Live jobs of the queue cancelled so far (D27).
 
-    Rows whose ``expires_at`` passed are counted where they sit until a sweep moves
-    them (they are never claimed).
+    The three ``*_total`` counters only grow: on PostgreSQL since the schema got its
+    counters (migration 2), in memory since the store opened. Two readings give rates
+    (``alkstore-trio stats --watch`` shows jobs finished per minute from them). Rows
+    whose ``expires_at`` passed are counted where they sit until a sweep moves them
+    (they are never claimed).
     """
 
     queue: str
@@ -130,25 +139,32 @@ class QueueStats:
     reclaimable: int
     dead: int
     oldest_ready_age_s: float | None
+    acked_total: int
+    dead_lettered_total: int
+    cancelled_total: int
 
     @property
     def live(self) -> int:
         """Pending plus processing rows."""
         return self.pending_ready + self.pending_delayed + self.processing
 
+    @property
+    def finished_total(self) -> int:
+        """Jobs that reached an end so far: acked plus dead-lettered (D27)."""
+        return self.acked_total + self.dead_lettered_total
+
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """What :meth:`Store.stats` saw (D22): every queue with rows (or the one asked
-    for), read at one instant of the engine's clock.
+    """What :meth:`Store.stats` saw (D22): every queue with rows or counted jobs (or
+    the one asked for), read at one instant of the engine's clock.
 
     Attributes:
         now: The engine's clock at the reading (the database's clock on PostgreSQL).
         ids_issued: How many job ids the store has handed out so far (enqueued rows,
-            and ids of rolled-back transactions). Two readings give the rows that left
-            the store between them: ``ids_issued - live - dead`` only grows, by every
-            ack, cancel, purge and rolled-back id (D23: how ``stats --watch`` derives
-            jobs finished per minute without a trace on the hot path).
+            and ids of rolled-back transactions), across every queue: two readings give
+            the store's enqueue rate. ``ids_issued - live - dead`` only grows, by every
+            ack, cancel, purge and rolled-back id (D23).
         queues: One entry per queue, by name.
     """
 
@@ -157,7 +173,8 @@ class StoreStats:
     queues: tuple[QueueStats, ...]
 
     def queue(self, name: str) -> QueueStats | None:
-        """The entry of queue ``name``, or ``None`` when it has no rows."""
+        """The entry of queue ``name``, or ``None`` when it is not listed (no rows and
+        nothing counted)."""
         for entry in self.queues:
             if entry.queue == name:
                 return entry

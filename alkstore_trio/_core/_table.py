@@ -15,6 +15,9 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
   ``died_at``, for retention. Entries of both are stale when the row they name no longer
   has that ``expires_at`` or ``died_at`` (purged, or redriven from dead: D24).
 
+Each queue also counts the jobs that left its live rows, by outcome (acked,
+dead-lettered, cancelled: D27), from the table's creation on.
+
 Heaps are never searched or edited in place. Every change to a live row bumps the row's
 *generation*, and each heap entry carries the generation it was pushed with; an entry
 whose generation no longer matches is stale and is dropped when it surfaces. This keeps
@@ -53,6 +56,17 @@ class _QueueIndex:
         self.dead: list[tuple[datetime, int]] = []
 
 
+class _Finished:
+    """One queue's counts of jobs that left the live rows (D27)."""
+
+    __slots__ = ("acked", "cancelled", "dead_lettered")
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.dead_lettered = 0
+        self.cancelled = 0
+
+
 class JobTable:
     """Every row of one in-memory engine, with the contract's operations over it.
 
@@ -66,6 +80,7 @@ class JobTable:
         self._next_gen = 0
         self._dead: dict[int, Job] = {}
         self._queues: dict[str, _QueueIndex] = {}
+        self._finished: dict[str, _Finished] = {}
         self._next_id = 1
         self._latest_now: datetime | None = None
 
@@ -96,13 +111,17 @@ class JobTable:
         return found[:limit]
 
     def stats(self, queue: str | None, now: datetime) -> StoreStats:
-        """D22: the counts of every queue with rows (or of ``queue`` only, rows or
-        not), at ``now``. A linear scan of the rows, as counting is on any engine."""
+        """D22: the counts of every queue with rows or counted jobs (or of ``queue``
+        only, rows or not), at ``now``, with each queue's counters (D27). A linear scan
+        of the rows, as counting is on any engine."""
         self._observe(now)
         counts: dict[str, list[int]] = {}
         oldest: dict[str, datetime] = {}
         if queue is not None:
             counts[queue] = [0, 0, 0, 0, 0]
+        else:
+            for name in self._finished:
+                counts[name] = [0, 0, 0, 0, 0]
         for job in [*self._live.values(), *self._dead.values()]:
             if queue is not None and job.queue != queue:
                 continue
@@ -119,21 +138,26 @@ class JobTable:
                     oldest[job.queue] = job.run_at
             else:
                 row[1] += 1
-        entries = tuple(
-            QueueStats(
-                queue=name,
-                pending_ready=row[0],
-                pending_delayed=row[1],
-                processing=row[2],
-                reclaimable=row[3],
-                dead=row[4],
-                oldest_ready_age_s=(
-                    (now - oldest[name]).total_seconds() if name in oldest else None
-                ),
+        entries: list[QueueStats] = []
+        for name, row in sorted(counts.items()):
+            finished = self._finished.get(name) or _Finished()
+            entries.append(
+                QueueStats(
+                    queue=name,
+                    pending_ready=row[0],
+                    pending_delayed=row[1],
+                    processing=row[2],
+                    reclaimable=row[3],
+                    dead=row[4],
+                    oldest_ready_age_s=(
+                        (now - oldest[name]).total_seconds() if name in oldest else None
+                    ),
+                    acked_total=finished.acked,
+                    dead_lettered_total=finished.dead_lettered,
+                    cancelled_total=finished.cancelled,
+                )
             )
-            for name, row in sorted(counts.items())
-        )
-        return StoreStats(now=now, ids_issued=self._next_id - 1, queues=entries)
+        return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
 
     def jobs(self) -> Iterator[Job]:
         """Every row, live and dead, in id order."""
@@ -229,6 +253,7 @@ class JobTable:
         if self._valid(queue, job_id, token, now) is None:
             return False
         self._drop_live(job_id)
+        self._counts(queue).acked += 1
         return True
 
     def retry(
@@ -264,6 +289,8 @@ class JobTable:
             if job is not None and job.queue == queue and t.is_ackable(job, now):
                 self._drop_live(job_id)
                 count += 1
+        if count:
+            self._counts(queue).acked += count
         return count
 
     def ack_claims(self, queue: str, claims: Iterable[tuple[int, int]], now: datetime) -> list[int]:
@@ -275,6 +302,8 @@ class JobTable:
             if self._valid(queue, job_id, token, now) is not None:
                 self._drop_live(job_id)
                 deleted.append(job_id)
+        if deleted:
+            self._counts(queue).acked += len(deleted)
         return deleted
 
     def ack_claims_and_claim(
@@ -328,6 +357,7 @@ class JobTable:
         if job is None or job.queue != queue:
             return False
         self._drop_live(job_id)
+        self._counts(queue).cancelled += 1
         return True
 
     def requeue_dead(self, queue: str, job_ids: Iterable[int] | None, now: datetime) -> int:
@@ -393,6 +423,12 @@ class JobTable:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _counts(self, queue: str) -> _Finished:
+        finished = self._finished.get(queue)
+        if finished is None:
+            finished = self._finished[queue] = _Finished()
+        return finished
+
     def _index(self, queue: str) -> _QueueIndex:
         index = self._queues.get(queue)
         if index is None:
@@ -450,10 +486,12 @@ class JobTable:
         del self._gen[job_id]
 
     def _replace(self, job: Job, now: datetime) -> None:
-        """Store the result of a transition: live again, or moved to the dead store."""
+        """Store the result of a transition: live again, or moved to the dead store (and
+        counted: every dead-letter move comes through here)."""
         if job.state == "dead":
             self._drop_live(job.id)
             self._dead[job.id] = job
+            self._counts(job.queue).dead_lettered += 1
             assert job.died_at is not None
             heapq.heappush(self._index(job.queue).dead, (job.died_at, job.id))
         else:

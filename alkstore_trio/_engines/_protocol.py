@@ -132,8 +132,9 @@ class Backend(Protocol):
         ...
 
     async def stats(self, queue: str | None) -> StoreStats:
-        """D22: every queue's counts (only ``queue``'s, rows or not, when given), read
-        atomically at one clock read."""
+        """D22: the counts of every queue with rows or counted jobs (only ``queue``'s,
+        rows or not, when given), with each queue's counters of jobs acked,
+        dead-lettered and cancelled (D27), read atomically at one clock read."""
         ...
 
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -196,6 +197,8 @@ class ReferenceModel:
         self._rows: dict[int, Job] = {}
         self._stamps: dict[int, _Stamps] = {}
         self._next_id = 1
+        #: D27: per queue, how many jobs left the live rows by each outcome.
+        self._finished: dict[str, Counter[str]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -227,12 +230,17 @@ class ReferenceModel:
         return rows[:limit]
 
     def stats(self, queue: str | None = None, *, now: datetime) -> StoreStats:
-        """D22: per queue with rows (or ``queue`` alone, rows or not), counted one row at
-        a time; ``ids_issued`` is every id handed out (D23)."""
-        names = {job.queue for job in self.jobs()} if queue is None else {queue}
+        """D22: per queue with rows or counted jobs (or ``queue`` alone, rows or not),
+        counted one row at a time, with the queue's counters (D27); ``ids_issued`` is
+        every id handed out (D23)."""
+        if queue is None:
+            names = {job.queue for job in self.jobs()} | set(self._finished)
+        else:
+            names = {queue}
         entries = []
         for name in sorted(names):
             rows = [job for job in self.jobs() if job.queue == name]
+            finished = self._finished.get(name, Counter())
             ready = [job for job in rows if job.state == "pending" and job.run_at <= now]
             entries.append(
                 QueueStats(
@@ -247,6 +255,9 @@ class ReferenceModel:
                     oldest_ready_age_s=(
                         (now - min(job.run_at for job in ready)).total_seconds() if ready else None
                     ),
+                    acked_total=finished["acked"],
+                    dead_lettered_total=finished["dead_lettered"],
+                    cancelled_total=finished["cancelled"],
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -395,6 +406,7 @@ class ReferenceModel:
         if self._valid(queue, job_id, token, now) is None:
             return False
         del self._rows[job_id]
+        self._count(queue, "acked")
         return True
 
     def ack_claims(
@@ -525,6 +537,7 @@ class ReferenceModel:
                 and now <= job.claim_expires_at
             ):
                 del self._rows[job_id]
+                self._count(queue, "acked")
                 count += 1
         return count
 
@@ -536,6 +549,7 @@ class ReferenceModel:
         if job is None or job.queue != queue or job.state == "dead":
             return False
         del self._rows[job_id]
+        self._count(queue, "cancelled")
         return True
 
     def sweep_expired(self, queue: str, retention_s: float | None, *, now: datetime) -> SweepResult:
@@ -682,5 +696,10 @@ class ReferenceModel:
         return job
 
     def _kill(self, job: Job, error: str, now: datetime) -> None:
-        """A dead-letter move; the claim fields are kept (decision 1)."""
+        """A dead-letter move; the claim fields are kept (decision 1). Counted (D27)."""
         self._rows[job.id] = replace(job, state="dead", last_error=error, died_at=now)
+        self._count(job.queue, "dead_lettered")
+
+    def _count(self, queue: str, outcome: str) -> None:
+        """D27: one more job of ``queue`` left the live rows with this outcome."""
+        self._finished.setdefault(queue, Counter())[outcome] += 1

@@ -212,6 +212,27 @@ class _LazySweepTable(JobTable):
         return SweepResult(0, 0)
 
 
+class _UncountedTable(JobTable):
+    """Moves jobs as the contract says but keeps no count of them (D27)."""
+
+    def _counts(self, queue: str) -> Any:
+        counts = super()._counts(queue)
+        del self._finished[queue]  # the caller adds to a count nobody keeps
+        return counts
+
+
+class _CancelAsAckTable(JobTable):
+    """Counts a cancelled job as acked (D27)."""
+
+    def cancel(self, queue: str, job_id: int) -> bool:
+        cancelled = super().cancel(queue, job_id)
+        if cancelled:
+            counts = self._counts(queue)
+            counts.cancelled -= 1
+            counts.acked += 1
+        return cancelled
+
+
 class _BrokenHarness(MemoryHarness):
     table_class: type[JobTable] = JobTable
 
@@ -242,6 +263,16 @@ class _TokenBlindHarness(_BrokenHarness):
 class _LazySweepHarness(_BrokenHarness):
     name = "lazy-sweep"
     table_class = _LazySweepTable
+
+
+class _UncountedHarness(_BrokenHarness):
+    name = "uncounted"
+    table_class = _UncountedTable
+
+
+class _CancelAsAckHarness(_BrokenHarness):
+    name = "cancel-as-ack"
+    table_class = _CancelAsAckTable
 
 
 @pytest.mark.parametrize(
@@ -289,6 +320,21 @@ class _LazySweepHarness(_BrokenHarness):
                 "q4_dead_letter_moves_are_atomic",
             },
             id="lazy-sweep",
+        ),
+        pytest.param(
+            _UncountedHarness,
+            {
+                "d27_stats_count_each_queues_acked_jobs",
+                "d27_stats_count_each_queues_dead_letter_moves",
+                "d27_stats_count_each_queues_cancelled_jobs",
+                "d27_stats_list_queues_with_counted_jobs_even_without_rows",
+            },
+            id="uncounted",
+        ),
+        pytest.param(
+            _CancelAsAckHarness,
+            {"d27_stats_count_each_queues_cancelled_jobs"},
+            id="cancel-as-ack",
         ),
     ],
 )

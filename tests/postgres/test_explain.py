@@ -487,17 +487,99 @@ def test_r2_explain_ack_claims_and_claim_acks_by_primary_key(
             )
 
 
+def split_ctes(query: str) -> tuple[dict[str, str], str]:
+    """A ``WITH`` statement's CTEs (name -> body, whitespace collapsed, ``MATERIALIZED``
+    kept) and the statement after them."""
+    text = " ".join(query.split())
+    assert text.startswith("WITH "), text[:40]
+    ctes: dict[str, str] = {}
+    pos = len("WITH ")
+    while True:
+        head = re.compile(r"(\w+) AS ((?:MATERIALIZED )?)\( ?").match(text, pos)
+        assert head is not None, text[pos : pos + 40]
+        depth, i, quoted = 1, head.end(), False
+        while depth:
+            char = text[i]
+            if char == "'":
+                quoted = not quoted
+            elif not quoted:
+                depth += {"(": 1, ")": -1}.get(char, 0)
+            i += 1
+        ctes[head[1]] = head[2] + text[head.end() : i - 1].strip()
+        if text.startswith(", ", i):
+            pos = i + 2
+        else:
+            return ctes, text[i:].strip()
+
+
 def test_r2_ack_claims_and_claim_is_ack_claims_then_claim_verbatim():
     # D21: the fused statement is the two blocks glued, not a rewrite: its acked CTE is
-    # ack_claims' DELETE, and its claim part is the claim block's CTEs and UPDATE.
+    # ack_claims' DELETE, and its claim part is the claim block's CTEs and UPDATE. D27:
+    # its one counter upsert adds both statements' counts (a statement may update the
+    # counter row only once).
     queries = _sql.queries("alkstore")
-    fused = " ".join(queries["ack_claims_and_claim"].split())
-    ack = " ".join(queries["ack_claims"].split())
-    claim = " ".join(queries["claim"].split())
-    assert f"WITH acked AS ( {ack} )" in fused
-    claim_ctes, claim_update = claim.removeprefix("WITH ").rsplit(") UPDATE ", 1)
-    claim_update = "UPDATE " + claim_update.rsplit(" RETURNING ", 1)[0]
-    assert f"), {claim_ctes}), claimed AS ( {claim_update} RETURNING j.* )" in fused
+    fused, fused_main = split_ctes(queries["ack_claims_and_claim"])
+    ack, _ = split_ctes(queries["ack_claims"])
+    claim, claim_main = split_ctes(queries["claim"])
+    assert list(fused) == [
+        "acked", "spent", "swept", "buried", "ready", "lapsed", "picked", "counted", "claimed",
+    ]  # fmt: skip
+    assert fused["acked"] == ack["acked"]
+    for name in ("spent", "swept", "buried", "ready", "lapsed", "picked"):
+        assert fused[name] == claim[name], name
+    claim_update = claim_main.rsplit(" RETURNING ", 1)[0]
+    assert fused["claimed"] == f"{claim_update} RETURNING j.*"
+    assert fused_main.startswith("SELECT acked.id, ")
+    assert (
+        "FROM (SELECT count(*) AS n FROM acked) AS a, (SELECT count(*) AS n FROM swept)"
+        in (fused["counted"])
+    )
+    assert "acked = c.acked + EXCLUDED.acked" in fused["counted"]
+    assert "dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered" in fused["counted"]
+    assert "SELECT count(*) AS n FROM acked" in ack["counted"]
+    assert "SELECT count(*) AS n FROM swept" in claim["counted"]
+
+
+#: D27: the statements that move jobs out of the live table, and the counter each adds
+#: to. Every other statement leaves queue_counters alone.
+COUNTING_QUERIES = {
+    "ack": {"acked"},
+    "ack_batch": {"acked"},
+    "ack_claims": {"acked"},
+    "ack_claims_and_claim": {"acked", "dead_lettered"},
+    "claim": {"dead_lettered"},
+    "retry": {"dead_lettered"},
+    "bury": {"dead_lettered"},
+    "retry_claims": {"dead_lettered"},
+    "fail_claims": {"dead_lettered"},
+    "sweep_expired": {"dead_lettered"},
+    "cancel": {"cancelled"},
+}
+_COUNTER_UPSERT = re.compile(
+    r"INSERT INTO \S+\.queue_counters AS c \(queue, shard, ([\w, ]+)\) "
+    r"SELECT %\(queue\)s::text, pg_catalog\.mod\(pg_catalog\.pg_backend_pid\(\), 64\), "
+    r".* ON CONFLICT \(queue, shard\) DO UPDATE SET (.*)"
+)
+
+
+@pytest.mark.parametrize("name", QUERY_NAMES)
+def test_d27_exactly_the_statements_that_move_jobs_out_count_them(name: str):
+    # One upsert per statement, into this session's shard of its queue, adding to the
+    # counters of the moves it makes; counting nothing when nothing moved (m.n > 0, or a
+    # row per moved job).
+    query = " ".join(_sql.queries("alkstore")[name].split())
+    if name not in COUNTING_QUERIES:
+        assert "queue_counters" not in query or name == "stats", name
+        return
+    ctes, _ = split_ctes(query)
+    assert query.count("queue_counters") == 1, name
+    upsert = _COUNTER_UPSERT.fullmatch(ctes["counted"])
+    assert upsert is not None, ctes["counted"]
+    columns = set(upsert[1].split(", "))
+    assert columns == COUNTING_QUERIES[name]
+    assert upsert[2] == ", ".join(f"{c} = c.{c} + EXCLUDED.{c}" for c in upsert[1].split(", "))
+    source = ctes["counted"].split(" SELECT ", 1)[1]
+    assert (" WHERE " in source and "> 0" in source) or source.count("count(*)") == 0, source
 
 
 def test_d22_explain_stats_reads_only_the_partial_indexes(
@@ -506,9 +588,15 @@ def test_d22_explain_stats_reads_only_the_partial_indexes(
     # D22: stats finds the queues by skip scans and counts through the claim, lease and
     # retention indexes, never a scan of a whole table. Counting is still proportional to
     # the rows counted: an index-only scan where the visibility map allows, else index
-    # entries plus the heap pages they point to (a bitmap heap scan).
+    # entries plus the heap pages they point to (a bitmap heap scan). D27: the counters
+    # are summed from the small counter table, through its primary key or not.
     query = _sql.queries(loaded.schema)["stats"]
-    allowed = {"jobs_claim_idx", "jobs_lease_idx", "dead_jobs_retention_idx"}
+    allowed = {
+        "jobs_claim_idx",
+        "jobs_lease_idx",
+        "dead_jobs_retention_idx",
+        "queue_counters_pkey",
+    }
     for mode in MODES:
         for variant, params in params_for("stats", loaded):
             plan = explain(explain_conn, query, params, mode)

@@ -223,6 +223,14 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
     assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 16
     assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 16
+    # D27: the counter table, with room on its pages for heap-only updates.
+    counters = next(row for row in from_migrations["relations"] if row[0] == "queue_counters")
+    assert counters[1] == "r"
+    assert counters[4] == ["fillfactor=10"]
+    assert [row[1] for row in from_migrations["columns"] if row[0] == "queue_counters"] == [
+        "queue", "shard", "acked", "dead_lettered", "cancelled",
+    ]  # fmt: skip
+    assert "queue_counters_pkey" in indexes
 
 
 async def test_schema_the_catalog_comparison_sees_a_difference(admin, schemas):
@@ -245,6 +253,55 @@ def test_schema_pending_sql_lists_what_a_version_still_needs():
     assert _schema.pending_sql("alkstore", 0) == everything
     assert _schema.pending_sql("alkstore", LATEST) == []
     assert all('"alkstore".' in sql and "@schema@" not in sql for _, sql in everything)
+
+
+# -- upgrading a version-1 schema (D27) ----------------------------------------------
+
+
+async def test_d27_a_version_1_schema_with_jobs_is_refused_then_migrates_to_counters(
+    pg_dsn, admin, schemas
+):
+    # A schema as version 1 of the library left it, with live and dead jobs: opening it
+    # says to migrate; migrating keeps every row and adds the counter table, empty (the
+    # counts start at the migration); the store then counts.
+    schema = new_schema_name("v1")
+    schemas.append(schema)
+    ((number, first),) = _schema.pending_sql(schema, None)[:1]
+    assert number == 1
+    async with admin.transaction():
+        await admin.executescript(first)
+        await admin.execute(
+            f"INSERT INTO {_sql.quote_ident(schema)}.alk_schema_version (version) VALUES (1)"
+        )
+    quoted = _sql.quote_ident(schema)
+    await admin.execute(
+        f"INSERT INTO {quoted}.jobs (queue, payload, priority, state, attempts, max_attempts, "
+        "run_at, enqueued_at, visibility_timeout_s, backoff_base_s) "
+        "SELECT 'old', '\\x00', 0, 'pending', 0, 3, now(), now(), 300, 5 "
+        "FROM generate_series(1, 3)"
+    )
+    await admin.execute(
+        f"INSERT INTO {quoted}.dead_jobs (id, queue, payload, priority, attempts, max_attempts, "
+        "run_at, enqueued_at, visibility_timeout_s, backoff_base_s, last_error, died_at) "
+        "VALUES (100, 'old', '\\x01', 0, 3, 3, now(), now(), 300, 5, 'boom', now())"
+    )
+    exc = await open_and_expect_schema_error(pg_dsn, schema)
+    assert f"is at version 1, this library needs {LATEST}" in str(exc)
+    assert "alkstore-trio migrate" in str(exc)
+
+    assert await _schema.migrate(admin, schema) == (1, LATEST)
+    async with alkstore_trio.open_store(pg_dsn, schema=schema) as store:
+        (before,) = (await store.stats()).queues
+        assert (before.queue, before.pending_ready, before.dead) == ("old", 3, 1)
+        assert (before.acked_total, before.dead_lettered_total, before.cancelled_total) == (0, 0, 0)
+        old = store.queue("old")
+        handle = await old.claim_one("w")
+        assert handle is not None
+        assert await handle.ack()
+        assert await old.cancel(handle.id + 1)
+        (after,) = (await store.stats("old")).queues
+        assert (after.acked_total, after.dead_lettered_total, after.cancelled_total) == (1, 0, 1)
+        assert (after.live, after.dead) == (1, 1)
 
 
 # -- open_store checks the version (Q12) ---------------------------------------------

@@ -289,6 +289,9 @@ class PostgresBackend:
                 oldest_ready_age_s=(
                     None if row[5] is None else max(0.0, (now - _utc(row[5])).total_seconds())
                 ),
+                acked_total=int(row[9]),
+                dead_lettered_total=int(row[10]),
+                cancelled_total=int(row[11]),
             )
             for row in rows
             if row[2] is not None

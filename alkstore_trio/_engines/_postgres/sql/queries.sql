@@ -14,6 +14,15 @@
 -- it no longer matches the partial lease index's predicate, so the planner cannot pick
 -- a scan of every lease in the queue over the primary key (it did, with thousands of
 -- leases in flight and statistics taken while there were few).
+--
+-- D27: every statement that moves jobs out of the live table (acks, dead-letter moves,
+-- cancel) adds their number, in the same statement, to its queue's counter row for this
+-- session's shard (pg_backend_pid() mod 64) in queue_counters: a CTE `counted` with an
+-- INSERT ... ON CONFLICT DO UPDATE, which writes nothing when nothing moved. It reads
+-- the moved rows to count them, so it locks its one counter row only after the
+-- statement holds every job row it moves (no lock-order cycle with another statement),
+-- and keeps that lock until the commit. Sessions whose backends share a shard then
+-- commit one after the other; the others never wait for each other.
 
 -- name: enqueue
 -- Q2: one row per payload (in order), resolved with one clock read; the wake is a
@@ -65,11 +74,12 @@ SELECT inserted.id
 FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
 
 -- name: claim
--- Q3: the pre-claim sweep and up to n claims, in one statement (one transaction).
--- Candidates come from two index walks (ready pending rows; lapsed leases with
--- attempts left), each locked with SKIP LOCKED so concurrent claimers never wait for
--- or share a row; the best n of them are claimed. The MATERIALIZED CTEs make each
--- walk run exactly once, so no more than n rows are ever handed out.
+-- Q3: the pre-claim sweep (its dead-letter moves counted: D27) and up to n claims, in
+-- one statement (one transaction). Candidates come from two index walks (ready pending
+-- rows; lapsed leases with attempts left), each locked with SKIP LOCKED so concurrent
+-- claimers never wait for or share a row; the best n of them are claimed. The
+-- MATERIALIZED CTEs make each walk run exactly once, so no more than n rows are ever
+-- handed out.
 WITH spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
@@ -113,6 +123,14 @@ picked AS MATERIALIZED (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s::bigint
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
+    FROM (SELECT count(*) AS n FROM swept) AS m
+    WHERE m.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE
+        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
 )
 UPDATE @schema@.jobs AS j SET
     state = 'processing',
@@ -151,17 +169,26 @@ WHERE j.id = c.id AND j.queue = %(queue)s::text
 RETURNING j.id;
 
 -- name: ack
--- Q4: delete a validly claimed row.
-DELETE FROM @schema@.jobs
-WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-    AND (state = 'processing' AND attempts = %(token)s::integer
-        AND claim_expires_at >= @schema@.alk_now()) IS TRUE
-RETURNING id;
+-- Q4: delete a validly claimed row; count it as acked (D27).
+WITH acked AS (
+    DELETE FROM @schema@.jobs
+    WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+        AND (state = 'processing' AND attempts = %(token)s::integer
+            AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+    RETURNING id
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM acked
+    ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
+)
+SELECT id FROM acked;
 
 -- name: retry
 -- Q4: below budget, back to pending after delay_s; at budget (attempts >= max_attempts),
--- a dead-letter move with error (default 'max attempts exceeded'). The row is locked
--- and V checked once, in the first CTE; the two branches then act on that one row.
+-- a dead-letter move with error (default 'max attempts exceeded'), counted (D27). The
+-- row is locked and V checked once, in the first CTE; the two branches then act on that
+-- one row.
 WITH target AS MATERIALIZED (
     SELECT id, attempts >= max_attempts AS spent FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
@@ -187,6 +214,12 @@ buried AS (
     FROM moved
     RETURNING id
 ),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM buried
+    ON CONFLICT (queue, shard) DO UPDATE
+        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
         state = 'pending',
@@ -203,50 +236,80 @@ SELECT id FROM buried UNION ALL SELECT id FROM requeued;
 
 -- name: bury
 -- Q4 fail: a dead-letter move of a validly claimed row: the live row is deleted and the
--- dead row written by one statement, so both or neither happen.
+-- dead row written by one statement, so both or neither happen; counted (D27).
 WITH moved AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
         AND (state = 'processing' AND attempts = %(token)s::integer
             AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     RETURNING *
+),
+buried AS (
+    INSERT INTO @schema@.dead_jobs (
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, died_at
+    )
+    SELECT
+        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, %(error)s::text, @schema@.alk_now()
+    FROM moved
+    RETURNING id
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM buried
+    ON CONFLICT (queue, shard) DO UPDATE
+        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
 )
-INSERT INTO @schema@.dead_jobs (
-    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at
-)
-SELECT
-    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, %(error)s::text, @schema@.alk_now()
-FROM moved
-RETURNING id;
+SELECT id FROM buried;
 
 -- name: ack_batch
--- Q6: delete each listed, ackable row of this queue (no token); count them.
+-- Q6: delete each listed, ackable row of this queue (no token); count them, as acked
+-- (D27).
 WITH deleted AS (
     DELETE FROM @schema@.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
         AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     RETURNING 1
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
+    FROM (SELECT count(*) AS n FROM deleted) AS m
+    WHERE m.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
 )
 SELECT count(*) FROM deleted;
 
 -- name: ack_claims
 -- R2: delete each listed (id, claim token) pair of this queue whose claim is valid (Q4's V),
--- in one statement; the ids deleted. The pairs drive primary-key lookups.
-DELETE FROM @schema@.jobs
-WHERE queue = %(queue)s::text
-    AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
-    AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
-RETURNING id;
+-- in one statement, counted as acked (D27); the ids deleted. The pairs drive primary-key
+-- lookups.
+WITH acked AS (
+    DELETE FROM @schema@.jobs
+    WHERE queue = %(queue)s::text
+        AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
+        AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+    RETURNING id
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
+    FROM (SELECT count(*) AS n FROM acked) AS m
+    WHERE m.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
+)
+SELECT id FROM acked;
 
 -- name: ack_claims_and_claim
 -- R2 (D21): ack_claims, then claim (the pre-claim sweep and up to n claims), in one
 -- statement: one transaction, one clock read, one round trip for a worker's finished
--- jobs and its next jobs. `acked` is ack_claims verbatim; spent … picked and the UPDATE
--- are the claim block's (a test checks both). All CTEs see one snapshot, so the claim
+-- jobs and its next jobs. `acked` is ack_claims' CTE verbatim; spent … picked and the
+-- UPDATE are the claim block's (a test checks both); `counted` adds the acks and the
+-- pre-claim sweep's dead-letter moves to one counter row (D27: one upsert, as one
+-- statement may update a row only once). All CTEs see one snapshot, so the claim
 -- cannot see the acked rows gone; it needs not: an acked row is processing with
 -- claim_expires_at >= alk_now(), which is never ready (pending) nor lapsed or spent
 -- (claim_expires_at < alk_now()) at the same alk_now(), so the two sets are disjoint
@@ -305,6 +368,15 @@ picked AS MATERIALIZED (
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s::bigint
 ),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), a.n, d.n
+    FROM (SELECT count(*) AS n FROM acked) AS a, (SELECT count(*) AS n FROM swept) AS d
+    WHERE a.n + d.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE SET
+        acked = c.acked + EXCLUDED.acked,
+        dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+),
 claimed AS (
     UPDATE @schema@.jobs AS j SET
         state = 'processing',
@@ -323,7 +395,8 @@ SELECT NULL, claimed.*, NULL FROM claimed;
 -- name: retry_claims
 -- R2 (D20): retry each listed (id, claim token, error, delay_s) item of this queue whose
 -- claim is valid (Q4's V), as retry does, in one statement: at budget a dead-letter move
--- with error (default 'max attempts exceeded'), else back to pending after delay_s.
+-- with error (default 'max attempts exceeded'; counted: D27), else back to pending after
+-- delay_s.
 -- The items drive primary-key lookups; the valid rows are locked (in id order, so two
 -- batches never wait on each other in a cycle) and V checked once, in the first CTE.
 -- A job listed twice is retried once, by its first valid item. Returns the ordinals
@@ -360,6 +433,14 @@ buried AS (
     FROM moved
     RETURNING id
 ),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
+    FROM (SELECT count(*) AS n FROM buried) AS m
+    WHERE m.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE
+        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
         state = 'pending',
@@ -378,9 +459,9 @@ SELECT ord FROM requeued;
 
 -- name: fail_claims
 -- R2 (D20): fail each listed (id, claim token, error) item of this queue whose claim is
--- valid (Q4's V), as bury does, in one statement: a dead-letter move with error. Locking,
--- primary-key lookups and a job listed twice as in retry_claims. Returns the ordinals of
--- the items applied.
+-- valid (Q4's V), as bury does, in one statement: a dead-letter move with error
+-- (counted: D27). Locking, primary-key lookups and a job listed twice as in
+-- retry_claims. Returns the ordinals of the items applied.
 WITH valid AS MATERIALIZED (
     SELECT j.id, c.ord, c.error
     FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(errors)s::text[])
@@ -411,12 +492,29 @@ buried AS (
         claim_expires_at, error, @schema@.alk_now()
     FROM moved
     RETURNING id
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
+    FROM (SELECT count(*) AS n FROM buried) AS m
+    WHERE m.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE
+        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
 )
 SELECT moved.ord FROM moved JOIN buried USING (id);
 
 -- name: cancel
--- Q7: delete this queue's live row, whatever its state.
-DELETE FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text RETURNING id;
+-- Q7: delete this queue's live row, whatever its state; count it as cancelled (D27).
+WITH cancelled AS (
+    DELETE FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+    RETURNING id
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, cancelled)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM cancelled
+    ON CONFLICT (queue, shard) DO UPDATE SET cancelled = c.cancelled + EXCLUDED.cancelled
+)
+SELECT id FROM cancelled;
 
 -- name: get_job
 -- Q8: this queue's row, live or dead.
@@ -433,9 +531,9 @@ SELECT
 FROM @schema@.dead_jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
 
 -- name: sweep_expired
--- Q9: expired live rows to dead ('expired'), then purge dead rows past retention
--- (retention_s NULL: keep forever). Rows buried by this statement are not visible to its purge,
--- and could not qualify anyway (they died now).
+-- Q9: expired live rows to dead ('expired'; counted: D27), then purge dead rows past
+-- retention (retention_s NULL: keep forever). Rows buried by this statement are not
+-- visible to its purge, and could not qualify anyway (they died now).
 WITH expired AS (
     DELETE FROM @schema@.jobs
     WHERE queue = %(queue)s::text AND expires_at < @schema@.alk_now()
@@ -453,6 +551,14 @@ buried AS (
         claim_expires_at, 'expired', @schema@.alk_now()
     FROM expired
     RETURNING 1
+),
+counted AS (
+    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
+    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
+    FROM (SELECT count(*) AS n FROM buried) AS m
+    WHERE m.n > 0
+    ON CONFLICT (queue, shard) DO UPDATE
+        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
 ),
 purged AS (
     DELETE FROM @schema@.dead_jobs
@@ -504,13 +610,14 @@ LIMIT %(limit)s::bigint;
 
 -- name: stats
 -- D22: per queue, at one clock read: ready and delayed pending rows and the oldest ready
--- run_at, processing rows and the lapsed ones, dead rows; plus the ids issued so far
--- (the identity sequence; D23). With queue NULL, the queues are found by three skip
--- scans (one index probe per distinct queue of the claim, lease and retention
--- indexes: no walk of every row); with a queue, only that one (listed even when
--- empty). The counts then walk each queue's entries in those partial indexes: counting
--- is proportional to the rows counted, but never reads the table's payloads. The
--- outer LEFT JOIN keeps one row (the clock) when no queue has rows.
+-- run_at, processing rows and the lapsed ones, dead rows, and the queue's counters
+-- summed over their shards (D27); plus the ids issued so far (the identity sequence;
+-- D23). With queue NULL, the queues are found by three skip scans (one index probe per
+-- distinct queue of the claim, lease and retention indexes: no walk of every row) and
+-- in the small counter table; with a queue, only that one (listed even when empty).
+-- The counts then walk each queue's entries in those partial indexes: counting is
+-- proportional to the rows counted, but never reads the table's payloads. The outer
+-- LEFT JOIN keeps one row (the clock) when no queue is listed.
 WITH RECURSIVE
 pending_queues (queue) AS (
     (SELECT j.queue FROM @schema@.jobs AS j
@@ -547,6 +654,7 @@ queues (queue) AS (
     UNION SELECT queue FROM pending_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM processing_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+    UNION SELECT f.queue FROM @schema@.queue_counters AS f WHERE %(queue)s::text IS NULL
 ),
 clock AS MATERIALIZED (
     SELECT
@@ -555,11 +663,11 @@ clock AS MATERIALIZED (
          FROM @schema@.jobs_id_seq AS s) AS issued
 )
 SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
-    x.reclaimable, x.dead
+    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled
 FROM clock AS c
 LEFT JOIN LATERAL (
     SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
-        d.dead
+        d.dead, f.acked, f.dead_lettered, f.cancelled
     FROM queues AS q
     CROSS JOIN LATERAL (
         SELECT
@@ -579,6 +687,14 @@ LEFT JOIN LATERAL (
     CROSS JOIN LATERAL (
         SELECT count(*) AS dead FROM @schema@.dead_jobs AS d WHERE d.queue = q.queue
     ) AS d
+    CROSS JOIN LATERAL (
+        SELECT
+            coalesce(sum(f.acked), 0)::bigint AS acked,
+            coalesce(sum(f.dead_lettered), 0)::bigint AS dead_lettered,
+            coalesce(sum(f.cancelled), 0)::bigint AS cancelled
+        FROM @schema@.queue_counters AS f
+        WHERE f.queue = q.queue
+    ) AS f
 ) AS x ON true
 ORDER BY x.queue;
 

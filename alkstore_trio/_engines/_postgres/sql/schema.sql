@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 1). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 2). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -78,4 +78,20 @@ CREATE TABLE @schema@.dead_jobs (
 -- Retention purges the oldest dead rows of one queue.
 CREATE INDEX dead_jobs_retention_idx ON @schema@.dead_jobs (queue, died_at);
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (1);
+-- Per queue, how many jobs were acked, dead-lettered and cancelled since this table was
+-- created. The statements that move jobs out of the live table add to it in the same
+-- statement. Each queue's counts are spread over up to 64 rows (shard =
+-- pg_backend_pid() mod 64), so the commits of two sessions never wait on one row lock
+-- unless their backends share a shard; readers sum the shards. A low fillfactor leaves
+-- room on every page for the new row versions of updates, which stay heap-only (HOT):
+-- no index entry per update.
+CREATE TABLE @schema@.queue_counters (
+    queue text NOT NULL,
+    shard integer NOT NULL,
+    acked bigint NOT NULL DEFAULT 0,
+    dead_lettered bigint NOT NULL DEFAULT 0,
+    cancelled bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, shard)
+) WITH (fillfactor = 10);
+
+INSERT INTO @schema@.alk_schema_version (version) VALUES (2);
