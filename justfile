@@ -37,6 +37,12 @@ bench *ARGS:
 docs:
     NO_MKDOCS_2_WARNING=1 mkdocs build --strict
 
+# The table is written even if a test failed (it says so). `just figures -m slow` runs the
+# slow ones; the rows a run leaves out keep their earlier figures.
+[doc("Run the tests behind docs/explanation/guarantees.md, then write their figures into it.")]
+figures *ARGS:
+    status=0; pytest tests/faults tests/security tests/stateful tests/runtime/test_history_worker.py -p no:randomly --figures {{ARGS}} || status=$?; python tests/tools/guarantees_figures.py; exit $status
+
 # Long soaks and slow tests.
 slow *ARGS:
     pytest -m slow {{ARGS}}

@@ -3,6 +3,8 @@
 The server comes from ``ALKSTORE_TEST_DSN``, else the local default below if it answers.
 Without a server, tests that use ``pg_dsn`` are skipped with one line saying how to
 enable them, unless ``ALKSTORE_REQUIRE_PG=1`` (CI), which turns the skip into a failure.
+
+Every folder also gets the ``figures`` fixture of ``tests/_figures.py``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ import functools
 import os
 
 import pytest
+
+#: The ``figures`` fixture (``tests/_figures.py``): numbers a test measured, written at the
+#: end of the session for ``docs/explanation/guarantees.md``.
+pytest_plugins = ["_figures"]
 
 #: The server used when ``ALKSTORE_TEST_DSN`` is not set.
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"

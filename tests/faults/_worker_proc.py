@@ -6,8 +6,24 @@ Opens its own store on an existing schema (``migrate="check"``) under the given
 ``application_name`` (its LISTEN session is ``<name>:listen``; ``--no-listen`` opens none:
 poll-only mode), runs one :class:`alkstore_trio.Worker` on ``QUEUE`` whose handler sleeps
 ``--sleep-s`` seconds, and stops gracefully (``worker.stop()``) on SIGTERM or SIGINT, then
-exits 0; a second signal cuts the grace short (``worker.stop(grace_s=0)``). A payload
-``b"sleep=<seconds>"`` makes that job's handler sleep that long instead.
+exits 0; a second signal cuts the grace short (``worker.stop(grace_s=0)``).
+
+A payload may tell its handler what to do: ``<command>`` or ``<command>|<anything>`` (the
+rest is opaque: tests put sentinels there), where the command is ``sleep=<seconds>``
+(sleep that long instead of ``--sleep-s``), ``retry=<seconds>`` (on the first attempt,
+``raise Retry(delay_s=<seconds>)``; later attempts succeed), ``raise`` (raise a
+``ValueError`` whose text is not the payload, on every attempt) or ``fail`` (``raise
+Fail``). Any other payload just sleeps ``--sleep-s``.
+
+``--hold`` opens the store, then waits for SIGUSR1 before the worker runs (a ``held``
+record says it waits): a test starts such processes early, alongside others, and lets
+them work only when it wants to (cheaper and safer than freezing a running worker, whose
+claim already sent may be answered after the freeze).
+
+``--debug-log`` writes every log record of the process (root logger at DEBUG: the
+library's, psycopg's...) to stderr with all its attributes, the ``repr`` of every worker
+event, and at the end the ``repr`` of the store, the worker and its statistics: the
+secrets tests scan all of it.
 
 Every line of ``RECORDS`` is one JSON object, written and flushed at once (so a
 ``kill -9`` loses at most the line being written). ``ev`` says what happened:
@@ -22,11 +38,14 @@ Every line of ``RECORDS`` is one JSON object, written and flushed at once (so a
   logged the event (just after the store answered), not when the line was written.
 - ``handler_start`` / ``handler_end``: written *synchronously by the handler* when it
   starts / finishes (``id``, ``attempt``, ``claimed_at``, ``claim_expires_at``;
-  ``handler_end`` has ``outcome``: ``"returned"`` or ``"cancelled"``, which the worker's
-  ``finish`` event does not say). Being synchronous, a ``handler_start`` without its
+  ``handler_end`` has ``outcome``: ``"returned"``, ``"cancelled"``, or for the payload
+  commands ``"raised"``, ``"failed"`` and ``"retried"``, which the worker's ``finish``
+  event does not say). Being synchronous, a ``handler_start`` without its
   ``handler_end`` in the file of a stopped (SIGSTOP) process means the handler was running
   at that moment. ``--no-handler-records`` turns them off (long runs).
-- ``ready``: the worker runs and listens for wakes (``worker_id``, ``app``).
+- ``ready``: the worker runs and listens for wakes (``worker_id``, ``app``, and
+  ``clocks``: the process's local wall-clock readings, ``time.time()``,
+  ``datetime.now(UTC)`` and ``date.today()``, for the clock-skew tests).
 - ``pg``: a warning of the PostgreSQL engine (e.g. the LISTEN connection lost), with its
   log message (never a payload).
 - ``stopped``: ``run()`` returned; ``stats`` is :meth:`Worker.statistics`.
@@ -38,18 +57,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
 import random
 import signal
+import sys
 import time
+from datetime import UTC, date, datetime
 from typing import Any, TextIO
 
 import trio
 
-from alkstore_trio import Job, Worker, open_store
+from alkstore_trio import Fail, Job, Retry, Worker, open_store
 from alkstore_trio.testing import HistoryRecorder
+
+#: The text of the exception a ``raise`` payload's handler raises (never the payload).
+HANDLER_ERROR = "the handler failed on purpose"
 
 
 class Records:
@@ -79,20 +104,48 @@ class EngineWarnings(logging.Handler):
         self._records.write("pg", message=record.getMessage())
 
 
+class EverythingFormatter(logging.Formatter):
+    """A log line with every attribute of the record (``--debug-log``), so that a
+    secret in any of them (its arguments, ``extra`` fields, exception) shows."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{super().format(record)} {vars(record)!r}"
+
+
+def local_clocks() -> dict[str, Any]:
+    """This process's wall-clock readings (shifted under the clock-skew tests)."""
+    return {
+        "time": time.time(),
+        "datetime_now": datetime.now(UTC).timestamp(),
+        "date_today": date.today().isoformat(),
+    }
+
+
 async def record_promptly(
-    recorder: HistoryRecorder, worker: Worker, *, task_status: trio.TaskStatus[None]
+    recorder: HistoryRecorder,
+    worker: Worker,
+    *,
+    debug_log: bool = False,
+    task_status: trio.TaskStatus[None],
 ) -> None:
     """:meth:`HistoryRecorder.record_worker`, but writing every event waiting at each
     wake-up: ``record_worker`` takes one event per scheduling step while one dispatcher
     step may publish dozens (a batch of acks), so under load its file trails the worker by
-    hundreds of events, which a ``kill -9`` then loses. This keeps the lag to one step."""
+    hundreds of events, which a ``kill -9`` then loses. This keeps the lag to one step.
+    With ``debug_log``, each event's ``repr`` also goes to stderr."""
+
+    def record(event: Any) -> None:
+        recorder.record(event)
+        if debug_log:
+            print(f"event {event!r}", file=sys.stderr, flush=True)
+
     with worker.events(buffer=None) as events:
         task_status.started()
         async for event in events:
-            recorder.record(event)
+            record(event)
             while True:
                 try:
-                    recorder.record(events.receive_nowait())
+                    record(events.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
 
@@ -105,7 +158,13 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
     records = Records(stream)
     logger = logging.getLogger("alkstore_trio.postgres")
     logger.addHandler(EngineWarnings(records))
-    logger.setLevel(logging.WARNING)
+    if args.debug_log:
+        everything = logging.StreamHandler(sys.stderr)
+        everything.setFormatter(EverythingFormatter("%(levelname)s %(name)s %(message)s"))
+        logging.getLogger().addHandler(everything)
+        logging.getLogger().setLevel(logging.DEBUG)
+    else:
+        logger.setLevel(logging.WARNING)
 
     async def handler(job: Job) -> None:
         fields = {
@@ -118,9 +177,21 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
             records.write("handler_start", **fields)
         outcome = "cancelled"
         sleep_s = args.sleep_s * (1 + args.sleep_jitter * random.uniform(-1, 1))
-        if job.payload.startswith(b"sleep="):
-            sleep_s = float(job.payload.removeprefix(b"sleep="))
+        command = job.payload.partition(b"|")[0]
+        if command.startswith(b"sleep="):
+            sleep_s = float(command.removeprefix(b"sleep="))
         try:
+            if command == b"raise":
+                outcome = "raised"
+                raise ValueError(HANDLER_ERROR)
+            if command == b"fail":
+                outcome = "failed"
+                raise Fail("failed on purpose")
+            if command.startswith(b"retry=") and job.attempts == 1:
+                outcome = "retried"
+                raise Retry(
+                    delay_s=float(command.removeprefix(b"retry=")), error="retry on purpose"
+                )
             await trio.sleep(sleep_s)
             outcome = "returned"
         finally:
@@ -147,11 +218,20 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
         )
         records.worker_id = worker.worker_id
         recorder = HistoryRecorder(stream, keep=False, time_base="wall")
+        if args.hold:
+            with trio.open_signal_receiver(signal.SIGUSR1) as released:
+                records.write("held", app=args.app)
+                async for _ in released:
+                    break
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 # Subscribed before the worker runs: no event is missed. The recorder
                 # ends by itself after worker_stop.
-                await nursery.start(record_promptly, recorder, worker)
+                await nursery.start(
+                    functools.partial(record_promptly, debug_log=args.debug_log),
+                    recorder,
+                    worker,
+                )
                 watcher = trio.CancelScope()
 
                 async def run_worker(*, task_status: trio.TaskStatus[None]) -> None:
@@ -159,7 +239,7 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
                     watcher.cancel()  # the signal watcher stops with the worker
 
                 await nursery.start(run_worker)
-                records.write("ready", app=args.app)
+                records.write("ready", app=args.app, clocks=local_clocks())
                 stopping = False
                 with watcher:
                     async for _ in signals:
@@ -168,6 +248,10 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
                         worker.stop(grace_s=0 if stopping else None)
                         stopping = True
         records.write("stopped", stats=dataclasses.asdict(worker.statistics()))
+        if args.debug_log:
+            for name, value in (("store", store), ("worker", worker)):
+                print(f"repr {name} {value!r}", file=sys.stderr, flush=True)
+            print(f"repr statistics {worker.statistics()!r}", file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -196,6 +280,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="open a LISTEN session (--no-listen: poll-only mode)",
+    )
+    parser.add_argument(
+        "--hold",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="open the store, then wait for SIGUSR1 before the worker runs",
+    )
+    parser.add_argument(
+        "--debug-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log everything at DEBUG to stderr, with event and object reprs",
     )
     parser.add_argument(
         "--handler-records",

@@ -131,6 +131,21 @@ class WorkerProc:
     def resume(self) -> None:
         self.process.send_signal(signal.SIGCONT)
 
+    async def wait_held(self, timeout_s: float = 30.0) -> dict:
+        """Wait until a ``hold=True`` worker has opened its store and waits for
+        :meth:`release`."""
+
+        def held():
+            if self.process.poll() is not None:
+                pytest.fail(f"worker {self.app} exited early:\n{self.stderr()}")
+            return next(iter(self.events("held")), None)
+
+        return await wait_until(held, timeout_s=timeout_s, what=f"worker {self.app} held")
+
+    def release(self) -> None:
+        """Let a held worker (``hold=True``) run."""
+        self.process.send_signal(signal.SIGUSR1)
+
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
 
@@ -152,6 +167,7 @@ class Fleet:
         self.schema = schema
         self.tag = secrets.token_hex(4)
         self.procs: list[WorkerProc] = []
+        self._spawned = 0  # names are taken before the await: spawns may run concurrently
         self.store = None
         self._exit = None
 
@@ -179,11 +195,22 @@ class Fleet:
         finally:
             await self._exit.__aexit__(*exc_info)
 
-    async def spawn(self, queue: str, *, dsn: str | None = None, **options) -> WorkerProc:
+    async def spawn(
+        self,
+        queue: str,
+        *,
+        dsn: str | None = None,
+        env: dict[str, str] | None = None,
+        wait_ready: bool = True,
+        **options,
+    ) -> WorkerProc:
         """Start a worker on ``queue`` (on ``dsn``, default the fleet's); ``options`` are
-        ``_worker_proc.py``'s (``concurrency=20`` → ``--concurrency 20``). Returns once it
-        is ready."""
-        app = f"alkf-{self.tag}-w{len(self.procs)}"
+        ``_worker_proc.py``'s (``concurrency=20`` → ``--concurrency 20``); ``env`` is added
+        to the process's environment. Returns once it is ready (at once if not
+        ``wait_ready``: with ``hold=True``, wait for its ``held`` record, send SIGUSR1,
+        then :meth:`WorkerProc.wait_ready`)."""
+        app = f"alkf-{self.tag}-w{self._spawned}"
+        self._spawned += 1
         records = self.tmp / f"{app}.jsonl"
         log = self.tmp / f"{app}.stderr"
         argv = [sys.executable, str(WORKER_PROC), dsn or self.dsn, self.schema, queue, str(records)]
@@ -201,11 +228,12 @@ class Fleet:
                 stdout=output,
                 stderr=output,
                 cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             )
         proc = WorkerProc(process, records, app, log)
         self.procs.append(proc)
-        await proc.wait_ready()
+        if wait_ready:
+            await proc.wait_ready()
         return proc
 
     async def count(self, table: str, where: str = "TRUE") -> int:

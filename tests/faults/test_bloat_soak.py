@@ -15,6 +15,7 @@ import time
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import QueueOpts
 
@@ -86,9 +87,13 @@ async def run_soak(pg_dsn, schema, open_fleet, *, phase_s: float, batch: int, ev
             ]
             apps = [name for proc in procs for name in (proc.app, proc.app + ":listen")]
 
+            producing = True
+
             async def produce(*, task_status=trio.TASK_STATUS_IGNORED):
+                # Stopped by a flag, never cancelled: an enqueue_many cancelled after its
+                # commit would leave jobs whose ids were never recorded.
                 task_status.started()
-                while True:
+                while producing:
                     ids = await queue.enqueue_many([b"x"] * batch)
                     now = time.time()
                     for job_id in ids:
@@ -99,7 +104,7 @@ async def run_soak(pg_dsn, schema, open_fleet, *, phase_s: float, batch: int, ev
             async def sample(*, task_status=trio.TASK_STATUS_IGNORED):
                 task_status.started()
                 tick = 0
-                while True:
+                while producing:
                     rows = await fleet.fetch(
                         "SELECT application_name, state, now() - state_change "
                         "FROM pg_stat_activity WHERE application_name = ANY(%s) "
@@ -128,7 +133,7 @@ async def run_soak(pg_dsn, schema, open_fleet, *, phase_s: float, batch: int, ev
                 await holder.release()
                 phase = "after"
                 await trio.sleep(phase_s)
-                nursery.cancel_scope.cancel()
+                producing = False  # both tasks return; the last batch is recorded
 
             async def drained():
                 return await fleet.count("jobs") == 0
@@ -174,7 +179,7 @@ async def run_soak(pg_dsn, schema, open_fleet, *, phase_s: float, batch: int, ev
     assert after <= max(3 * before, before + 0.5), figures
     # The snapshot is what kept the dead row versions: a vacuum removes them once it is gone.
     assert kept_after < max(kept_by_snapshot, 1)
-    return figures, report, (int(dead_end), kept_by_snapshot, kept_after)
+    return figures, report, (int(dead_end), kept_by_snapshot, kept_after), len(idle_in_tx)
 
 
 def describe(figures, report, dead_end) -> str:
@@ -191,26 +196,44 @@ def describe(figures, report, dead_end) -> str:
     )
 
 
+def soak_figures(phases, report, dead_end, idle_in_tx: int, *, snapshot_held_s: float) -> dict:
+    """The figures of a soak for the figures file (``tests/_figures.py``)."""
+    end, kept_by_snapshot, kept_after = dead_end
+    figures = {"faults_injected": 1, "snapshot_held_s": snapshot_held_s}
+    for p, f in phases.items():
+        figures[f"claim_p99_{p}_ms"] = round(f["p99"] * 1000)
+    figures.update(
+        dead_tuples_at_end=end,
+        dead_tuples_kept_by_snapshot=kept_by_snapshot,
+        dead_tuples_after=kept_after,
+        idle_in_transaction_seen=idle_in_tx,
+        **history_figures(report),
+    )
+    return figures
+
+
 async def test_r2_bloat_soak_short_claim_latency_bounded_never_idle_in_transaction(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
-    figures, report, dead_end = await run_soak(
+    phases, report, dead_end, idle_in_tx = await run_soak(
         pg_dsn, schema, open_fleet, phase_s=5, batch=5, every_s=0.05
     )
     print(
         "\nbloat soak (20 s, ~100 jobs/s, snapshot held 10 s): "
-        + describe(figures, report, dead_end)
+        + describe(phases, report, dead_end)
     )
+    figures.record(**soak_figures(phases, report, dead_end, idle_in_tx, snapshot_held_s=10))
 
 
 @pytest.mark.slow
 async def test_r2_bloat_soak_long_claim_latency_bounded_never_idle_in_transaction(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
-    figures, report, dead_end = await run_soak(
+    phases, report, dead_end, idle_in_tx = await run_soak(
         pg_dsn, schema, open_fleet, phase_s=60, batch=20, every_s=0.05
     )
     print(
         "\nbloat soak (240 s, ~400 jobs/s, snapshot held 120 s): "
-        + describe(figures, report, dead_end)
+        + describe(phases, report, dead_end)
     )
+    figures.record(**soak_figures(phases, report, dead_end, idle_in_tx, snapshot_held_s=120))

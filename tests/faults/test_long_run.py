@@ -17,6 +17,7 @@ import time
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import QueueOpts
 from alkstore_trio.testing import FinalState, check_history, load_history
@@ -69,7 +70,7 @@ def check_history_in_shards(paths, enqueued: list[int], shards: int):
 
 
 async def test_r10_long_run_jobs_through_two_workers_rss_flat_nothing_lost(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     enqueued: list[int] = []
     rss: dict[str, list[tuple[float, int]]] = {}
@@ -168,4 +169,13 @@ async def test_r10_long_run_jobs_through_two_workers_rss_flat_nothing_lost(
         f"({check_s:.0f}s): {sum(r.claims for r in reports)} claims, "
         f"{sum(r.reclaims for r in reports)} reclaims, "
         f"{sum(len(r.violations) for r in reports)} violations"
+    )
+    checked = [history_figures(report) for report in reports]
+    figures.record(
+        jobs=TOTAL,
+        workers=len(procs),
+        jobs_per_s=round(TOTAL / elapsed_s),
+        rss_growth_max_kib=max(growth.values()),
+        jobs_table_mib_after=round(jobs_size / 2**20, 2),
+        **{name: sum(c[name] for c in checked) for name in checked[0]},
     )

@@ -19,6 +19,7 @@ import time
 
 import pytest
 import trio
+from _figures import history_figures
 from _proxy import Proxy
 
 from alkstore_trio import QueueOpts
@@ -59,7 +60,7 @@ async def pickups_with_latency(fleet, queue, worker, proxy) -> list[float]:
 
 
 async def test_q4_r8_cut_network_late_ack_is_refused_after_another_worker_reclaimed(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     async with open_fleet(pg_dsn, schema) as fleet, trio.open_nursery() as nursery:
         queue = fleet.store.queue("net", QueueOpts(visibility_timeout_s=VT_S, max_attempts=5))
@@ -125,10 +126,19 @@ async def test_q4_r8_cut_network_late_ack_is_refused_after_another_worker_reclai
         f"{lost['t'] - healed_at:.2f}s after the partition healed; afterwards "
         f"{[round(s, 2) for _, s in after]}s; history: {report.summary()}"
     )
+    figures.record(
+        faults_injected=2,
+        latency_each_way_s=LATENCY_S,
+        black_holed_s=healed_at - cut_at,
+        visibility_timeout_s=VT_S,
+        late_acks_refused=stats["lease_lost"],
+        events_checked=len(cut.records()) + len(other.records()),
+        **history_figures(report),
+    )
 
 
 async def test_r6_r8_cut_network_worker_stops_its_handler_as_the_lease_lapses(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     slack_s = 1.0  # a loaded machine's scheduling
     async with open_fleet(pg_dsn, schema) as fleet, trio.open_nursery() as nursery:
@@ -205,4 +215,13 @@ async def test_r6_r8_cut_network_worker_stops_its_handler_as_the_lease_lapses(
         f"clock), another worker reclaimed the job {reclaim['t'] - cut_at:.1f}s after the "
         f"cut; after healing the claim was recorded lost ({lost['t'] - healed_at:.2f}s); "
         f"history: {report.summary()}"
+    )
+    figures.record(
+        faults_injected=2,
+        black_holed_s=healed_at - cut_at,
+        visibility_timeout_s=VT_S,
+        handler_stopped_from_lease_end_s=ended["t"] - lease_end,
+        stale_ops_accepted=len(accepted),
+        events_checked=len(cut.records()) + len(other.records()),
+        **history_figures(report),
     )

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import trio
+from _figures import history_figures
 
 pytest.importorskip("psycopg", reason="the fault tests need psycopg 3")
 
@@ -19,7 +20,7 @@ POLL_S = 1.0
 
 
 async def test_r4_poll_only_worker_process_picks_every_job_up_within_poll_interval(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     async with open_fleet(pg_dsn, schema) as fleet:
         queue = fleet.store.queue("poll")
@@ -69,4 +70,12 @@ async def test_r4_poll_only_worker_process_picks_every_job_up_within_poll_interv
         f"\npoll-only worker (poll {POLL_S:g}s): pickups min {values[0]:.3f}s max "
         f"{values[-1]:.3f}s (bound {POLL_S + 1:g}s) {[round(x, 2) for x in values]}; "
         f"history: {report.summary()}"
+    )
+    figures.record(
+        poll_interval_s=POLL_S,
+        pickups=len(values),
+        pickup_max_s=values[-1],
+        listen_sessions=len(listen),
+        events_checked=len(worker.records()),
+        **history_figures(report),
     )

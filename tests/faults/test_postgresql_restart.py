@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import EngineError, QueueOpts
 
@@ -126,7 +127,7 @@ def own_cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def test_r8_postgresql_restart_under_load_nothing_lost(own_cluster, open_fleet):
+async def test_r8_postgresql_restart_under_load_nothing_lost(own_cluster, open_fleet, figures):
     vt_s, poll_s = 3.0, 1.0
     committed: list[int] = []
     enqueue_errors: list[str] = []
@@ -251,4 +252,15 @@ async def test_r8_postgresql_restart_under_load_nothing_lost(own_cluster, open_f
         f"again {after_crash_s:.2f}s after; worker engine errors {engine_errors}, claims "
         f"lost {len(lost)}, reruns {reruns}, acks whose answer was lost {len(unacked)}; "
         f"history: {report.summary()}"
+    )
+    figures.record(
+        faults_injected=2,
+        jobs_committed=len(committed),
+        enqueue_calls_failed=len(enqueue_errors),
+        running_again_after_restart_s=after_restart_s,
+        running_again_after_crash_s=after_crash_s,
+        worker_engine_errors=engine_errors,
+        reruns=reruns,
+        events_checked=sum(len(proc.records()) for proc in procs),
+        **history_figures(report),
     )

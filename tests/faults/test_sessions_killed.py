@@ -11,6 +11,7 @@ import time
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import QueueOpts
 
@@ -22,7 +23,7 @@ KILL_EVERY_S = 0.5
 
 
 async def test_r8_q4_sessions_killed_repeatedly_under_load_worker_reconnects_nothing_lost(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     enqueued: list[int] = []
     async with open_fleet(pg_dsn, schema) as fleet:
@@ -99,4 +100,12 @@ async def test_r8_q4_sessions_killed_repeatedly_under_load_worker_reconnects_not
         f"victim saw {len(engine_errors)} engine errors, lost {stats['lease_lost']} claims, "
         f"acked {stats['acked']} (the other worker {len(other.events('ack'))}) and acked "
         f"again {recovered_s:.2f}s after the last kill; history: {report.summary()}"
+    )
+    figures.record(
+        kill_rounds=KILLS,
+        faults_injected=sum(killed for _, killed in kills),
+        engine_errors_seen=len(engine_errors),
+        acked_again_after_s=recovered_s,
+        events_checked=len(victim.records()) + len(other.records()),
+        **history_figures(report),
     )

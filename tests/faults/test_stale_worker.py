@@ -10,6 +10,7 @@ import time
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import QueueOpts
 
@@ -19,7 +20,7 @@ VT_S = 3.0
 
 
 async def test_q4_r6_stale_worker_resumed_after_reclaim_is_refused_everything(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     n = 3
     async with open_fleet(pg_dsn, schema) as fleet:
@@ -87,4 +88,13 @@ async def test_q4_r6_stale_worker_resumed_after_reclaim_is_refused_everything(
         f"{n} claims reclaimed and acked by another worker; after SIGCONT its heartbeat was "
         f"refused and its {n} handlers cancelled within {refused_after_s:.2f}s; "
         f"history: {report.summary()}"
+    )
+    figures.record(
+        faults_injected=1,
+        paused_s=resumed_at - paused_at,
+        visibility_timeout_s=VT_S,
+        stale_claims_refused=len(lost),
+        stale_ops_accepted=len(accepted),
+        events_checked=len(stale.records()) + len(fresh.records()),
+        **history_figures(report),
     )

@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 
 import pytest
 import trio
+from _figures import history_figures
 from _proxy import Proxy
 
 from alkstore_trio import QueueOpts
@@ -64,7 +65,9 @@ def keys(proc, ev: str) -> set[tuple[int, int]]:
     return {(r["id"], r["attempt"]) for r in proc.events(ev)}
 
 
-async def test_r8_kill9_one_of_three_workers_draining_10000_jobs(pg_dsn, schema, open_fleet):
+async def test_r8_kill9_one_of_three_workers_draining_10000_jobs(
+    pg_dsn, schema, open_fleet, figures
+):
     total, concurrency = 10_000, 20
     async with open_fleet(pg_dsn, schema) as fleet:
         queue = fleet.store.queue(
@@ -193,9 +196,19 @@ async def test_r8_kill9_one_of_three_workers_draining_10000_jobs(pg_dsn, schema,
         f"visibility {DRAIN_VT_S:g} + poll {DRAIN_POLL_S:g} + slack {RECLAIM_SLACK_S:g}); "
         f"history: {report.summary()}"
     )
+    figures.record(
+        workers=len(procs),
+        faults_injected=1,
+        handlers_running_at_kill=len(running_at_kill),
+        reruns=len(rerun),
+        reclaim_after_kill_max_s=max(reclaim_delays),
+        reclaim_bound_s=bound_s,
+        events_checked=sum(len(proc.records()) for proc in procs),
+        **history_figures(report),
+    )
 
 
-async def test_r7_sigterm_drains_and_releases(pg_dsn, schema, open_fleet):
+async def test_r7_sigterm_drains_and_releases(pg_dsn, schema, open_fleet, figures):
     grace_s = 2.0
     async with open_fleet(pg_dsn, schema) as fleet:
         queue = fleet.store.queue("stop", QueueOpts(visibility_timeout_s=60, max_attempts=3))
@@ -236,9 +249,19 @@ async def test_r7_sigterm_drains_and_releases(pg_dsn, schema, open_fleet):
         f"\nSIGTERM with a {grace_s:g}s grace: process exited after {exited_s:.2f}s; "
         f"history: {report.summary()}"
     )
+    figures.record(
+        faults_injected=1,
+        released=len(releases),
+        exit_after_s=exited_s,
+        grace_s=grace_s,
+        events_checked=len(worker.records()),
+        **history_figures(report),
+    )
 
 
-async def test_r7_a_second_sigterm_cancels_at_once_and_releases(pg_dsn, schema, open_fleet):
+async def test_r7_a_second_sigterm_cancels_at_once_and_releases(
+    pg_dsn, schema, open_fleet, figures
+):
     async with open_fleet(pg_dsn, schema) as fleet:
         queue = fleet.store.queue("stop", QueueOpts(visibility_timeout_s=60, max_attempts=3))
         worker = await fleet.spawn("stop", concurrency=3, shutdown_grace_s=600)
@@ -268,6 +291,13 @@ async def test_r7_a_second_sigterm_cancels_at_once_and_releases(pg_dsn, schema, 
         f"\nsecond SIGTERM (grace 600s): process exited {exited_s:.2f}s after it; "
         f"history: {report.summary()}"
     )
+    figures.record(
+        faults_injected=2,
+        released=len(worker.events("release")),
+        exit_after_s=exited_s,
+        events_checked=len(worker.records()),
+        **history_figures(report),
+    )
 
 
 async def listen_pids(fleet, app: str) -> list[int]:
@@ -280,7 +310,7 @@ async def listen_pids(fleet, app: str) -> list[int]:
 
 
 async def test_r3_listener_session_killed_worker_still_picks_up_within_poll_interval(
-    pg_dsn, schema, open_fleet
+    pg_dsn, schema, open_fleet, figures
 ):
     poll_s, fast_s = 3.0, 1.0
     params = conninfo.conninfo_to_dict(pg_dsn)
@@ -359,4 +389,13 @@ async def test_r3_listener_session_killed_worker_still_picks_up_within_poll_inte
         f"{[round(x, 3) for x in during]}s, after it reconnected ({reconnect_s:.2f}s after "
         f"the database was reachable again) {[round(x, 3) for x in after]}s; "
         f"history: {report.summary()}"
+    )
+    figures.record(
+        faults_injected=1,
+        poll_interval_s=poll_s,
+        pickup_max_without_listener_s=max(during),
+        pickup_max_woken_s=max(before + after),
+        listener_back_after_s=reconnect_s,
+        events_checked=len(worker.records()),
+        **history_figures(report),
     )

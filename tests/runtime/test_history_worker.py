@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import Fail, QueueOpts, Retry, Worker, open_store
 from alkstore_trio.testing import TrioClock
@@ -149,11 +150,12 @@ def check(run: Run, events=None):
     )
 
 
-async def test_history_a_real_run_with_faults_passes_the_checker(autojump_clock):
+async def test_history_a_real_run_with_faults_passes_the_checker(autojump_clock, figures):
     run = await run_scenario()
     report = check(run)
     report.assert_ok()
     print(f"\n{report.summary()}")
+    figures.record(events_checked=len(run.events), **history_figures(report))
 
     stale, main = run.stale.statistics(), run.main.statistics()
     assert report.claims == stale.claimed + main.claimed
@@ -188,7 +190,7 @@ def _replace(events, predicate, **changes):
     return out, out[index]
 
 
-async def test_history_a_tampered_record_of_a_real_run_fails(autojump_clock):
+async def test_history_a_tampered_record_of_a_real_run_fails(autojump_clock, figures):
     run = await run_scenario()
     events = run.events
     stale_id, ok_id = run.ids[b"stale"], run.ids[b"ok"]
@@ -227,3 +229,4 @@ async def test_history_a_tampered_record_of_a_real_run_fails(autojump_clock):
         assert rule in report.rules(), (rule, report.violations)
         with pytest.raises(AssertionError, match=rf"\[{rule}\]"):
             report.assert_ok()
+    figures.record(tamperings_tried=len(tampered), tamperings_caught=len(tampered))

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import trio
+from _figures import run_counting_examples
 
 from alkstore_trio import Store
 from alkstore_trio.testing import EngineHarness, MemoryHarness
@@ -98,12 +99,13 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[Engine]:
         yield Engine(request.param, harness, store, counting)
 
 
-async def _hypothesize(test: Callable[[], None]) -> None:
-    await trio.to_thread.run_sync(test)
+async def _hypothesize(test: Callable[[], None]) -> int:
+    return await trio.to_thread.run_sync(run_counting_examples, test)
 
 
 @pytest.fixture
-def hypothesize() -> Callable[[Callable[[], None]], Awaitable[None]]:
+def hypothesize() -> Callable[[Callable[[], None]], Awaitable[int]]:
     """``await hypothesize(test)`` runs a ``@given`` test in a worker thread; its examples
-    call back into this trio run with ``trio.from_thread.run``."""
+    call back into this trio run with ``trio.from_thread.run``. Returns how many examples
+    ran (for the figures file)."""
     return _hypothesize

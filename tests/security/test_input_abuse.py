@@ -135,7 +135,7 @@ async def assert_no_trace(engine, queue, rows_before: int, last_id: int) -> None
 
 
 async def test_q2_valid_payloads_round_trip_exactly_and_invalid_ones_leave_no_trace(
-    engine, hypothesize
+    engine, hypothesize, figures
 ):
     queue = engine.store.queue("abuse")
     last_id = await queue.enqueue(b"first")
@@ -160,7 +160,7 @@ async def test_q2_valid_payloads_round_trip_exactly_and_invalid_ones_leave_no_tr
         assert "payload" in message
         assert "xxxxxxxx" not in message  # the payload is never echoed
 
-    await hypothesize(valid)
+    n_valid = await hypothesize(valid)
     for job_id, payload in stored.items():
         job = await queue.get_job(job_id)
         assert job is not None
@@ -168,11 +168,12 @@ async def test_q2_valid_payloads_round_trip_exactly_and_invalid_ones_leave_no_tr
         assert type(job.payload) is bytes
     last_id = max(stored)
     rows += len(stored)
-    await hypothesize(invalid)
+    n_invalid = await hypothesize(invalid)
     await assert_no_trace(engine, queue, rows, last_id)
+    figures.record(engine=engine.name, valid_inputs=n_valid, invalid_inputs=n_invalid)
 
 
-async def test_q2_a_payload_of_exactly_the_limit_is_accepted_one_byte_more_is_not(engine):
+async def test_q2_a_payload_of_exactly_the_limit_is_accepted_one_byte_more_is_not(engine, figures):
     queue = engine.store.queue("abuse")
     payload = bytes(range(256)) * (MIB // 256)
     assert len(payload) == MIB
@@ -188,13 +189,14 @@ async def test_q2_a_payload_of_exactly_the_limit_is_accepted_one_byte_more_is_no
         await queue.enqueue_many([b"ok", payload + b"\x00"])
     assert engine.backend.total == before
     await assert_no_trace(engine, queue, rows, job_id)
+    figures.record(engine=engine.name, valid_inputs=1, invalid_inputs=2)
 
 
 # --- queue and schema names ----------------------------------------------------------------
 
 
 async def test_q1_odd_but_valid_queue_names_round_trip_and_hostile_ones_are_rejected(
-    engine, hypothesize
+    engine, hypothesize, figures
 ):
     store = engine.store
     await store.queue("abuse").enqueue(b"first")
@@ -222,19 +224,20 @@ async def test_q1_odd_but_valid_queue_names_round_trip_and_hostile_ones_are_reje
 
         trio.from_thread.run(in_a_transaction)
 
-    await hypothesize(valid)
+    n_valid = await hypothesize(valid)
     for job_id, name in made.items():
         job = await store.queue(name).get_job(job_id)
         assert job is not None
         assert (job.queue, job.payload) == (name, name.encode())
     rows += len(made)
-    await hypothesize(invalid)
+    n_invalid = await hypothesize(invalid)
     await assert_no_trace(engine, store.queue("abuse"), rows, max(made))
+    figures.record(engine=engine.name, valid_inputs=n_valid, invalid_inputs=n_invalid)
 
 
 @given(schema=invalid_schema_names | not_a_str)
 @EXAMPLES
-def test_q1_hostile_schema_names_are_rejected_before_connecting(schema):
+def test_q1_hostile_schema_names_are_rejected_before_connecting(schema, figures):
     # Nothing listens on port 1: had the name been accepted, connecting would fail with
     # an EngineError instead.
     async def main():
@@ -243,13 +246,15 @@ def test_q1_hostile_schema_names_are_rejected_before_connecting(schema):
                 pass  # pragma: no cover
 
     trio.run(main)
+    figures.record(engine="postgres")
+    figures.add(invalid_inputs=1)
 
 
 # --- numbers --------------------------------------------------------------------------------
 
 
 async def test_q2_numbers_round_trip_at_their_edges_and_abused_ones_are_rejected(
-    engine, hypothesize
+    engine, hypothesize, figures
 ):
     queue = engine.store.queue("abuse", QueueOpts(max_attempts=5))
     last_id = await queue.enqueue(b"first")
@@ -284,7 +289,7 @@ async def test_q2_numbers_round_trip_at_their_edges_and_abused_ones_are_rejected
             match=field,
         )
 
-    await hypothesize(valid)
+    n_valid = await hypothesize(valid)
     for job_id, priority, max_attempts in accepted:
         job = await queue.get_job(job_id)
         assert job is not None
@@ -306,11 +311,13 @@ async def test_q2_numbers_round_trip_at_their_edges_and_abused_ones_are_rejected
         with pytest.raises(InvalidArgument, match="delay_s"):
             await queue.enqueue(b"d", delay_s=delay)
 
-    await hypothesize(invalid)
+    n_invalid = await hypothesize(invalid)
     await assert_no_trace(engine, queue, rows, last_id)
+    # The hand-picked delays: two valid, four invalid.
+    figures.record(engine=engine.name, valid_inputs=n_valid + 2, invalid_inputs=n_invalid + 4)
 
 
-async def test_q2_run_at_naive_or_not_a_datetime_is_rejected(engine):
+async def test_q2_run_at_naive_or_not_a_datetime_is_rejected(engine, figures):
     queue = engine.store.queue("abuse")
     await queue.enqueue(b"first")
     rows = await engine.count_rows()
@@ -323,6 +330,7 @@ async def test_q2_run_at_naive_or_not_a_datetime_is_rejected(engine):
     assert job is not None
     assert job.run_at == far
     await assert_no_trace(engine, queue, rows + 1, job_id)
+    figures.record(engine=engine.name, valid_inputs=1, invalid_inputs=4)
 
 
 @pytest.mark.parametrize(
@@ -333,16 +341,17 @@ async def test_q2_run_at_naive_or_not_a_datetime_is_rejected(engine):
     ],
     ids=["min+14h", "max-14h"],
 )
-async def test_q12_run_at_out_of_the_utc_range_is_invalid_argument(run_at):
+async def test_q12_run_at_out_of_the_utc_range_is_invalid_argument(run_at, figures):
     async with open_store("memory://") as store:
         with pytest.raises(InvalidArgument, match="run_at"):
             await store.queue("abuse").enqueue(b"r", run_at=run_at)
+    figures.record(engine="memory", invalid_inputs=1)
 
 
 # --- batches ---------------------------------------------------------------------------------
 
 
-async def test_q2_a_huge_batch_round_trips_and_one_bad_item_rejects_it_all(engine):
+async def test_q2_a_huge_batch_round_trips_and_one_bad_item_rejects_it_all(engine, figures):
     queue = engine.store.queue("abuse")
     rng = random.Random(5)
     batch = [rng.randbytes(rng.randrange(0, 64)) for _ in range(20_000)]
@@ -368,13 +377,14 @@ async def test_q2_a_huge_batch_round_trips_and_one_bad_item_rejects_it_all(engin
             await queue.enqueue_many(not_a_batch)
     assert engine.backend.total == before
     await assert_no_trace(engine, queue, rows, ids[-1])
+    figures.record(engine=engine.name, valid_inputs=len(batch), invalid_inputs=8)
 
 
 # --- claims and handle operations -------------------------------------------------------------
 
 
 async def test_q3_q4_abused_claim_and_handle_arguments_are_rejected_and_leave_the_claim_usable(
-    engine, hypothesize
+    engine, hypothesize, figures
 ):
     queue = engine.store.queue("abuse", QueueOpts(visibility_timeout_s=60, max_attempts=5))
     job_id = await queue.enqueue(b"job")
@@ -415,8 +425,9 @@ async def test_q3_q4_abused_claim_and_handle_arguments_are_rejected_and_leave_th
         rejected(engine, lambda: trio.from_thread.run(handle.retry, error), match="error")
         rejected(engine, lambda: trio.from_thread.run(handle.fail, error), match="error")
 
+    n_invalid = 0
     for test in (bad_n, bad_worker, bad_extensions, bad_delays, bad_errors):
-        await hypothesize(test)
+        n_invalid += await hypothesize(test)
     # n <= 0 claims nothing, before any engine call (Q3's extent guard).
     before = engine.backend.total
     assert await queue.claim_batch("w", 0) == []
@@ -429,9 +440,10 @@ async def test_q3_q4_abused_claim_and_handle_arguments_are_rejected_and_leave_th
     job = await queue.get_job(job_id)
     assert job is not None
     assert (job.state, job.last_error) == ("pending", "")
+    figures.record(engine=engine.name, invalid_inputs=n_invalid + 2)
 
 
-async def test_q4_odd_but_valid_error_texts_round_trip(engine):
+async def test_q4_odd_but_valid_error_texts_round_trip(engine, figures):
     queue = engine.store.queue("abuse", QueueOpts(max_attempts=1))
     texts = ["", "'; DROP TABLE jobs; --", "é\u200b\U0001f600", "x" * v.ERROR_MAX_CHARS]
     ids = await queue.enqueue_many([b"e"] * len(texts))
@@ -442,6 +454,7 @@ async def test_q4_odd_but_valid_error_texts_round_trip(engine):
         job = await queue.get_job(job_id)
         assert job is not None
         assert (job.state, job.last_error) == ("dead", text)
+    figures.record(engine=engine.name, valid_inputs=len(texts))
 
 
 # --- options --------------------------------------------------------------------------------
@@ -459,9 +472,10 @@ BAD_OPTS = {
 @pytest.mark.parametrize(
     ("field", "value"), [(f, value) for f, values in BAD_OPTS.items() for value in values]
 )
-def test_q1_abused_queue_opts_are_rejected(field, value):
+def test_q1_abused_queue_opts_are_rejected(field, value, figures):
     with pytest.raises(InvalidArgument, match=field):
         QueueOpts(**{field: value})
+    figures.record(engine="none", invalid_inputs=1)
 
 
 BAD_STORE_OPTIONS = {
@@ -490,20 +504,24 @@ POSTGRES_ONLY = {"pool_size", "connect_timeout_s", "migrate", "application_name"
         if url == NOWHERE or option not in POSTGRES_ONLY
     ],
 )
-async def test_q1_abused_open_store_options_are_rejected_before_connecting(url, option, value):
+async def test_q1_abused_open_store_options_are_rejected_before_connecting(
+    url, option, value, figures
+):
     kwargs = {option: value}
     if option != "connect_timeout_s":
         kwargs["connect_timeout_s"] = 0.5  # a missed check fails fast (EngineError)
     with pytest.raises(InvalidArgument, match=option):
         async with open_store(url, **kwargs):
             pass  # pragma: no cover
+    figures.record(engine="memory" if url == "memory://" else "postgres", invalid_inputs=1)
 
 
 @pytest.mark.parametrize("url", [None, 5, b"memory://", "", "mysql://x", "memory:/"])
-async def test_q1_abused_urls_are_rejected(url):
+async def test_q1_abused_urls_are_rejected(url, figures):
     with pytest.raises(InvalidArgument, match="url"):
         async with open_store(url):
             pass  # pragma: no cover
+    figures.record(engine="none", invalid_inputs=1)
 
 
 BAD_WORKER_OPTIONS = {
@@ -524,7 +542,9 @@ BAD_WORKER_OPTIONS = {
     ("option", "value"),
     [(o, value) for o, values in BAD_WORKER_OPTIONS.items() for value in values],
 )
-async def test_r1_abused_worker_options_are_rejected_at_construction(engine, option, value):
+async def test_r1_abused_worker_options_are_rejected_at_construction(
+    engine, option, value, figures
+):
     async def handler(job):
         pass  # pragma: no cover
 
@@ -532,6 +552,7 @@ async def test_r1_abused_worker_options_are_rejected_at_construction(engine, opt
     with pytest.raises(InvalidArgument, match=option):
         Worker(engine.store, {"abuse": handler}, **{option: value})
     assert engine.backend.total == before
+    figures.record(engine=engine.name, invalid_inputs=1)
 
 
 @pytest.mark.parametrize(
@@ -539,8 +560,9 @@ async def test_r1_abused_worker_options_are_rejected_at_construction(engine, opt
     [{}, [], "abuse", {"abuse": 5}, {5: print}, {"": print}, {"q;": print}, None],
     ids=["empty", "list", "str", "not-callable", "int-key", "empty-name", "bad-name", "none"],
 )
-async def test_r1_abused_worker_handlers_are_rejected(engine, handlers):
+async def test_r1_abused_worker_handlers_are_rejected(engine, handlers, figures):
     before = engine.backend.total
     with pytest.raises(InvalidArgument):
         Worker(engine.store, handlers)
     assert engine.backend.total == before
+    figures.record(engine=engine.name, invalid_inputs=1)

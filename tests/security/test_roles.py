@@ -4,19 +4,25 @@ rights on its tables, while migrations run under a separate owner role.
 The setup is the one ``docs/how-to/secure-your-deployment.md`` documents: a DBA creates
 the schema owned by a migration role (no CREATE on the database needed), the migration
 role applies the migrations and grants the runtime role USAGE on the schema and
-SELECT/INSERT/UPDATE/DELETE on its tables; the runtime role then enqueues, claims, acks,
-dead-letters and sweeps, but cannot change the schema, and has CREATE on no schema in its
-``search_path`` (CVE-2018-1058). Both roles are dropped afterwards, even on failure.
+SELECT/INSERT/UPDATE/DELETE on its tables, EXECUTE on its functions and SELECT on its
+sequence; the runtime role then enqueues, claims, acks, dead-letters, sweeps and reads
+``store.stats()`` (and ``alkstore-trio stats``), but cannot change the schema nor draw
+ids, and has CREATE on no schema in its ``search_path`` (CVE-2018-1058). Both roles are
+dropped afterwards, even on failure.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import Fail, Job, QueueOpts, Worker, open_store
 from alkstore_trio.testing import HistoryRecorder, read_final_state
@@ -41,9 +47,13 @@ RUNTIME_GRANTS = (
     "GRANT USAGE ON SCHEMA {schema} TO {runtime}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {runtime}",
     "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {runtime}",
+    # store.stats() reads jobs_id_seq's last_value (ids_issued); inserts need no
+    # sequence right (identity column), and SELECT does not allow nextval or setval.
+    "GRANT SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {runtime}",
     "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} "
     "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {runtime}",
     "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO {runtime}",
+    "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON SEQUENCES TO {runtime}",
 )
 
 
@@ -103,7 +113,7 @@ def refused_as(dsn: str, statement: str, **names: str) -> bool:
 
 
 async def test_security_runtime_role_with_dml_only_runs_a_worker_migration_role_migrates(
-    roles: Roles,
+    roles: Roles, figures
 ):
     names = {"schema": roles.schema, "runtime": roles.runtime}
     # The migration role migrates (it owns the schema; no CREATE on the database).
@@ -132,6 +142,14 @@ async def test_security_runtime_role_with_dml_only_runs_a_worker_migration_role_
         "SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')",
     )
     assert create_db is False
+    # SELECT on the id sequence reads it; it does not draw ids nor move the sequence.
+    # (The regclass literal holds the quoted schema: '"t_roles_…".jobs_id_seq'.)
+    assert refused_as(
+        roles.runtime_dsn, "SELECT pg_catalog.nextval('{schema}.jobs_id_seq')", **names
+    )
+    assert refused_as(
+        roles.runtime_dsn, "SELECT pg_catalog.setval('{schema}.jobs_id_seq', 1)", **names
+    )
 
     # ... and it runs the library: enqueue, claim, ack, dead-letter, sweep.
     recorder = HistoryRecorder()
@@ -165,7 +183,28 @@ async def test_security_runtime_role_with_dml_only_runs_a_worker_migration_role_
         assert dead == ids[-1]
         report = recorder.check(enqueued=ids, final=await read_final_state([queue], ids))
         await queue.sweep_expired()
+        # store.stats() reads the id sequence: refused without SELECT on it.
+        read = await store.stats()
+        assert read.ids_issued == len(ids)
+        counted = read.queue("roles")
+        assert counted is not None
+        assert (counted.acked_total, counted.dead_lettered_total, counted.dead) == (5, 1, 1)
         assert await queue.purge_dead() == 1
+    # ... and so does the operator's ``alkstore-trio stats``, as the runtime role.
+    shown = await trio.run_process(
+        [sys.executable, "-m", "alkstore_trio", "stats", "--json", "--queue", "roles"],
+        env={**os.environ, "ALKSTORE_DSN": roles.runtime_dsn, "ALKSTORE_SCHEMA": roles.schema},
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr.decode()
+    reading = json.loads(shown.stdout)
+    assert reading["ids_issued"] == len(ids)
+    assert [(q["queue"], q["acked_total"], q["dead"]) for q in reading["queues"]] == [
+        ("roles", 5, 0)
+    ]
     report.assert_ok()
     assert sorted(ran) == sorted(ids)
     print(f"\nruntime role (DML only): worker ran {len(ids)} jobs; history: {report.summary()}")
+    figures.record(ddl_refused=4, events_checked=len(recorder.events), **history_figures(report))

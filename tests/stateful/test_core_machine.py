@@ -10,6 +10,7 @@ After every step every row must agree, live and dead, on every queue.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import hypothesis.strategies as st
@@ -57,6 +58,9 @@ run_ats = st.sampled_from([None, 0.0, -5.0, 3.0, 12.0])
 overrides = st.sampled_from([None, 1, 2, 4])
 workers = st.sampled_from(["w1", "w2"])
 errors = st.sampled_from([None, "boom", ""])
+#: What the machine ran (for the figures file): examples, and agreement checks (one after
+#: the setup and after every step).
+RUN: Counter[str] = Counter()
 
 
 class CoreAgainstModel(RuleBasedStateMachine):
@@ -64,6 +68,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        RUN["examples"] += 1
         self.table = JobTable()
         self.model = ReferenceModel()
         self.table_rng = random.Random(0)
@@ -295,6 +300,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
 
     @invariant()
     def every_row_agrees(self):
+        RUN["checks"] += 1
         assert list(self.table.jobs()) == self.model.jobs()
         assert len(self.table) == len(self.model.jobs())
         issued = self.model.issued_ids()
@@ -303,7 +309,8 @@ class CoreAgainstModel(RuleBasedStateMachine):
                 assert self.table.get(queue, job_id) == self.model.get_job(queue, job_id)
 
 
-def test_q2_q10_core_job_table_agrees_with_the_reference_model():
+def test_q2_q10_core_job_table_agrees_with_the_reference_model(figures):
+    RUN.clear()
     run_state_machine_as_test(
         CoreAgainstModel,
         settings=settings(
@@ -313,6 +320,7 @@ def test_q2_q10_core_job_table_agrees_with_the_reference_model():
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+    figures.record(examples=RUN["examples"], agreement_checks=RUN["checks"])
 
 
 @given(

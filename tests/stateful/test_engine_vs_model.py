@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+from _figures import run_counting_examples
+
 from alkstore_trio.testing import MemoryHarness, ReferenceModel, engine_vs_model_test
 
+STEPS = 50
 # 200 examples of 50 steps each, every step followed by get_job of every id on every queue.
-test_q1_q10_memory_engine_agrees_with_the_reference_model = engine_vs_model_test(
-    MemoryHarness, steps=50, max_examples=200
-)
+_agree = engine_vs_model_test(MemoryHarness, steps=STEPS, max_examples=200)
+
+
+def test_q1_q10_memory_engine_agrees_with_the_reference_model(figures) -> None:
+    examples = run_counting_examples(_agree)
+    figures.record(examples=examples, steps_per_example=STEPS)
 
 
 async def test_q8_run_at_given_in_another_timezone_reads_back_as_utc() -> None:

@@ -10,14 +10,17 @@ from functools import partial
 
 import pytest
 import trio
+from _figures import run_counting_examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alkstore_trio.testing import check_engine_against_model
 
+STEPS = 40
+
 
 @pytest.mark.parametrize("driver", ["native", "thread"])
-def test_q1_q10_postgres_engine_agrees_with_the_reference_model(pg_dsn, driver):
+def test_q1_q10_postgres_engine_agrees_with_the_reference_model(pg_dsn, driver, figures):
     from alkstore_trio.testing._postgres import PostgresHarness
 
     @settings(
@@ -28,6 +31,6 @@ def test_q1_q10_postgres_engine_agrees_with_the_reference_model(pg_dsn, driver):
     @given(data=st.data())
     def agree(data: st.DataObject) -> None:
         harness = PostgresHarness(pg_dsn, driver=driver)
-        trio.run(partial(check_engine_against_model, harness, data, steps=40))
+        trio.run(partial(check_engine_against_model, harness, data, steps=STEPS))
 
-    agree()
+    figures.record(examples=run_counting_examples(agree), steps_per_example=STEPS)
