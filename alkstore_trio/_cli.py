@@ -650,7 +650,8 @@ def _setup_worker(args: argparse.Namespace) -> None:
 # (Store.stats, Store.get_job, Queue.list_jobs, Queue.requeue_dead, Queue.purge_dead,
 # Queue.enqueue, Queue.cancel, Queue.sweep_expired) and prints the result. Exit status:
 # 0 done, 1 the command ran and failed (cannot connect, no such job, nothing to
-# cancel), 2 usage error (including values the library rejects as InvalidArgument).
+# cancel), 2 usage error (including values the library rejects as InvalidArgument, and a
+# `dead purge` without --yes when stdin is not a terminal).
 
 #: ``pg_stat_activity.application_name`` of the operator commands' connections.
 OPERATOR_APPLICATION_NAME: Final = "alkstore-trio cli"
@@ -666,7 +667,9 @@ DEFAULT_LIST_LIMIT: Final = 50
 
 class UsageProblem(Exception):
     """Raised inside an operator command when the library rejects a value of the command
-    line (InvalidArgument): one line on stderr and status 2, like argparse's errors."""
+    line (InvalidArgument), or a confirmation is needed and cannot be asked (``dead
+    purge`` without ``--yes`` off a terminal): one line on stderr and status 2, like
+    argparse's errors."""
 
 
 def _queue_name(text: str) -> str:
@@ -766,9 +769,9 @@ def _add_operator_commands(
             "many of them lapsed (reclaimable), dead jobs, and how long the oldest ready "
             "job has waited, all at one instant of the database clock. With --watch the "
             "table is refreshed every --interval seconds (in place on a terminal, as "
-            "successive blocks otherwise) with the jobs finished per minute across the "
-            "store, derived from two successive readings (acked, cancelled and purged "
-            "jobs; see D23). Stop it with Ctrl-C."
+            "successive blocks otherwise) with each queue's jobs finished per minute "
+            "(acked plus dead-lettered) and dead-lettered per minute, from the queue's "
+            "counters in two successive readings (D27). Stop it with Ctrl-C."
         ),
     )
     stats.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
@@ -868,6 +871,11 @@ def _add_operator_commands(
     requeue.add_argument("job_ids", metavar="ID", type=_job_id, nargs="*", help="job ids")
     requeue.add_argument("--all", action="store_true", help="every dead job")
     requeue.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+    requeue.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: the count per queue, the total and the skipped ids",
+    )
     purge = command(
         dead_commands,
         "purge",
@@ -877,7 +885,8 @@ def _add_operator_commands(
         description=(
             "Delete dead jobs for good (D25): those that died more than --older-than "
             "seconds ago, or every one. Of --queue, or of every queue (one transaction "
-            "per queue)."
+            "per queue). On a terminal it first counts the dead jobs and asks; when stdin "
+            "is not a terminal (a script, cron, CI) it refuses unless --yes is given."
         ),
     )
     purge.add_argument(
@@ -888,6 +897,17 @@ def _add_operator_commands(
         help="only jobs dead for more than S seconds (default: every dead job)",
     )
     purge.add_argument("--queue", metavar="Q", type=_queue_name, help="only this queue")
+    purge.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="purge without asking (required when stdin is not a terminal)",
+    )
+    purge.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: the count per queue and the total",
+    )
 
     enqueue = command(
         commands,
@@ -971,6 +991,9 @@ def _add_operator_commands(
         type=_seconds(zero_ok=True),
         default=None,
         help="also delete dead jobs dead for more than S seconds (default: keep them)",
+    )
+    sweep.add_argument(
+        "--json", action="store_true", help="print one JSON object: the counts per queue and totals"
     )
 
 
@@ -1062,23 +1085,77 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
 # -- stats ---------------------------------------------------------------------------
 
 
-def _gone(stats: StoreStats) -> int:
-    """D23: rows that left the store so far (acked, cancelled, purged, rolled back)."""
-    return stats.ids_issued - sum(entry.live + entry.dead for entry in stats.queues)
+#: The counters ``stats --watch`` shows a rate of (D27), by their JSON name:
+#: ``finished`` is acked plus dead-lettered.
+_COUNTERS: Final = ("finished", "acked", "dead_lettered", "cancelled")
+#: Per queue, each counter's growth per minute (``None``: no rate, see
+#: :func:`_finished_per_min`).
+_Rates = dict[str, dict[str, float | None]]
 
 
-def _finished_per_min(before: StoreStats | None, after: StoreStats) -> float | None:
-    """D23: jobs finished per minute between two readings, store-wide."""
+def _per_min(before: int, after: int, elapsed_s: float) -> float | None:
+    """A counter's growth per minute, or ``None`` when it went down (the schema was
+    dropped and created again between the readings)."""
+    return None if after < before else (after - before) * 60 / elapsed_s
+
+
+def _finished_per_min(before: StoreStats | None, after: StoreStats) -> _Rates | None:
+    """D27: for each queue of ``after``, how fast its counters grew since ``before``,
+    per minute of the database clock. A queue missing from ``before`` had counted
+    nothing then (a queue with counts is always listed). ``None`` for the first
+    reading, or when the clock did not move."""
     if before is None:
         return None
     elapsed = (after.now - before.now).total_seconds()
     if elapsed <= 0:
         return None
-    return max(0, _gone(after) - _gone(before)) * 60 / elapsed
+    rates: _Rates = {}
+    for entry in after.queues:
+        old = before.queue(entry.queue)
+        now_counts = (
+            entry.finished_total,
+            entry.acked_total,
+            entry.dead_lettered_total,
+            entry.cancelled_total,
+        )
+        old_counts = (
+            (0, 0, 0, 0)
+            if old is None
+            else (old.finished_total, old.acked_total, old.dead_lettered_total, old.cancelled_total)
+        )
+        rates[entry.queue] = {
+            name: _per_min(was, count, elapsed)
+            for name, was, count in zip(_COUNTERS, old_counts, now_counts, strict=True)
+        }
+    return rates
+
+
+def _ids_issued_per_min(before: StoreStats | None, after: StoreStats) -> float | None:
+    """D23: job ids handed out per minute across the store (enqueues, and ids of
+    rolled-back transactions), between two readings."""
+    if before is None or after.now <= before.now:
+        return None
+    return _per_min(before.ids_issued, after.ids_issued, (after.now - before.now).total_seconds())
+
+
+def _total_finished(rates: _Rates | None) -> float | None:
+    """Jobs finished per minute across the queues shown; ``None`` if any has no rate."""
+    if rates is None:
+        return None
+    each = [queue_rates["finished"] for queue_rates in rates.values()]
+    return None if None in each else math.fsum(rate or 0.0 for rate in each)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _stats_lines(
-    stats: StoreStats, queue: str | None, rate: float | None, watch: bool
+    stats: StoreStats,
+    queue: str | None,
+    rates: _Rates | None,
+    ids_rate: float | None,
+    watch: bool,
 ) -> list[str]:
     entries = [e for e in stats.queues if queue is None or e.queue == queue]
     lines = [f"alkstore-trio stats at {_iso(stats.now)} (database clock)"]
@@ -1098,20 +1175,45 @@ def _stats_lines(
             ]
             for e in entries
         ]
-        lines += _table(header, rows, "lrrrrrr")
+        align = "lrrrrrr"
+        if watch:
+            header += ["FINISHED/MIN", "DEAD/MIN"]
+            for row, e in zip(rows, entries, strict=True):
+                queue_rates = {} if rates is None else rates.get(e.queue, {})
+                row += [_rate(queue_rates.get("finished")), _rate(queue_rates.get("dead_lettered"))]
+            align += "rr"
+        lines += _table(header, rows, align)
     if watch:
-        shown = "measuring…" if rate is None else f"{rate:.1f}"
-        lines.append(f"finished per minute (store-wide: acked, cancelled, purged): {shown}")
+        if rates is None:
+            lines.append("finished per minute (acked + dead-lettered): measuring…")
+        else:
+            scope = f"queue {queue!r}" if queue is not None else "the queues above"
+            lines.append(
+                f"finished per minute (acked + dead-lettered, {scope}): "
+                f"{_rate(_total_finished(rates))}; ids issued per minute (enqueues, "
+                f"store-wide): {_rate(ids_rate)}"
+            )
     return lines
 
 
-def _stats_json(stats: StoreStats, queue: str | None, rate: float | None) -> str:
+def _stats_json(
+    stats: StoreStats, queue: str | None, rates: _Rates | None, ids_rate: float | None
+) -> str:
     entries = [e for e in stats.queues if queue is None or e.queue == queue]
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 3)
+
+    def rates_of(name: str) -> dict[str, float | None]:
+        found = {} if rates is None else rates.get(name, {})
+        return {f"{counter}_per_min": rounded(found.get(counter)) for counter in _COUNTERS}
+
     return json.dumps(
         {
             "now": _iso(stats.now),
             "ids_issued": stats.ids_issued,
-            "finished_per_min": None if rate is None else round(rate, 3),
+            "ids_issued_per_min": rounded(ids_rate),
+            "finished_per_min": rounded(_total_finished(rates)),
             "queues": [
                 {
                     "queue": e.queue,
@@ -1121,6 +1223,10 @@ def _stats_json(stats: StoreStats, queue: str | None, rate: float | None) -> str
                     "reclaimable": e.reclaimable,
                     "dead": e.dead,
                     "oldest_ready_age_s": e.oldest_ready_age_s,
+                    "acked_total": e.acked_total,
+                    "dead_lettered_total": e.dead_lettered_total,
+                    "cancelled_total": e.cancelled_total,
+                    **rates_of(e.queue),
                 }
                 for e in entries
             ],
@@ -1134,24 +1240,24 @@ async def _stats(args: argparse.Namespace) -> int:
         if not args.watch:
             stats = await store.stats(queue)
             if args.json:
-                _print(_stats_json(stats, queue, None))
+                _print(_stats_json(stats, queue, None, None))
             else:
-                for line in _stats_lines(stats, queue, None, watch=False):
+                for line in _stats_lines(stats, queue, None, None, watch=False):
                     _print(line)
             return EXIT_OK
         in_place = sys.stdout.isatty() and not args.json
         before: StoreStats | None = None
         readings = 0
         while True:
-            # The rate needs store-wide totals: read every queue, show the one asked for.
-            stats = await store.stats()
-            if queue is not None and stats.queue(queue) is None:
-                stats = dataclasses.replace(stats, queues=(await store.stats(queue)).queues)
-            rate = _finished_per_min(before, stats)
+            # D27: the queues' own counters give their rates; the id sequence the store's
+            # enqueue rate (D23).
+            stats = await store.stats(queue)
+            rates = _finished_per_min(before, stats)
+            ids_rate = _ids_issued_per_min(before, stats)
             if args.json:
-                _print(_stats_json(stats, queue, rate))
+                _print(_stats_json(stats, queue, rates, ids_rate))
             else:
-                lines = _stats_lines(stats, queue, rate, watch=True)
+                lines = _stats_lines(stats, queue, rates, ids_rate, watch=True)
                 if in_place:
                     sys.stdout.write(_HOME_AND_CLEAR + "\n".join(lines) + "\n")
                     sys.stdout.flush()
@@ -1362,34 +1468,88 @@ async def _dead_requeue(args: argparse.Namespace) -> int:
                         or job.state != "pending"
                         or job.attempts != 0
                     ]
-    for name, count in moved.items():
-        _print(f"queue {name!r}: requeued {count} dead job{'s' if count != 1 else ''}")
     total = sum(moved.values())
-    if skipped:
-        scope = "" if args.queue is None else f" of queue {args.queue!r}"
-        print(
-            f"alkstore-trio dead requeue: skipped {len(skipped)} id(s) that are not dead "
-            f"jobs{scope}: {' '.join(map(str, sorted(skipped)))}",
-            file=sys.stderr,
-        )
-    if args.all and not moved:
-        _print("requeued 0 dead jobs")
+    if args.json:
+        queues = [{"queue": name, "requeued": count} for name, count in moved.items()]
+        _print(json.dumps({"queues": queues, "requeued": total, "skipped": sorted(skipped)}))
+    else:
+        for name, count in moved.items():
+            _print(f"queue {name!r}: requeued {count} dead job{'s' if count != 1 else ''}")
+        if skipped:
+            scope = "" if args.queue is None else f" of queue {args.queue!r}"
+            print(
+                f"alkstore-trio dead requeue: skipped {len(skipped)} id(s) that are not dead "
+                f"jobs{scope}: {' '.join(map(str, sorted(skipped)))}",
+                file=sys.stderr,
+            )
+        if args.all and not moved:
+            _print("requeued 0 dead jobs")
     if not args.all and total == 0:
         raise CommandFailed("none of the ids is a dead job; see 'alkstore-trio dead list'")
     return EXIT_OK
 
 
 async def _dead_purge(args: argparse.Namespace) -> int:
+    # Checked before anything is opened: a script that forgot --yes changes nothing.
+    if not args.yes and not sys.stdin.isatty():
+        raise UsageProblem(
+            "refusing to delete dead jobs without confirmation: stdin is not a terminal; "
+            "pass --yes to purge without asking"
+        )
     async with _operator_store(args) as store:
-        purged = {
-            name: await store.queue(name).purge_dead(args.older_than)
-            for name in await _queues_with(store, args.queue, dead=True)
-        }
+        dead = await _dead_counts(store, args.queue)
+        asked = not args.yes and sum(dead.values()) > 0
+        if asked and not await _confirm(_purge_question(dead, args.older_than)):
+            raise CommandFailed("purge cancelled: nothing was deleted")
+        purged = {name: await store.queue(name).purge_dead(args.older_than) for name in dead}
+    total = sum(purged.values())
+    if args.json:
+        queues = [{"queue": name, "purged": count} for name, count in purged.items()]
+        _print(json.dumps({"queues": queues, "purged": total}))
+        return EXIT_OK
     for name, count in purged.items():
         _print(f"queue {name!r}: purged {count} dead job{'s' if count != 1 else ''}")
     if not purged:
         _print("purged 0 dead jobs")
     return EXIT_OK
+
+
+async def _dead_counts(store: Store, queue: str | None) -> dict[str, int]:
+    """Dead jobs per queue, from one reading: of ``queue`` (even none), else of every
+    queue that has some."""
+    stats = await store.stats(queue)
+    if queue is not None:
+        entry = stats.queue(queue)
+        return {queue: 0 if entry is None else entry.dead}
+    return {entry.queue: entry.dead for entry in stats.queues if entry.dead}
+
+
+def _purge_question(dead: Mapping[str, int], older_than_s: float | None) -> str:
+    """``dead purge``'s question. With ``--older-than`` only an upper bound is known: the
+    store counts dead jobs, not dead jobs by age."""
+    total = sum(dead.values())
+    jobs = f"{total} dead job{'s' if total != 1 else ''}"
+    where = f"queue {next(iter(dead))!r}" if len(dead) == 1 else f"{len(dead)} queues"
+    if older_than_s is None:
+        return f"Purge {jobs} of {where} for good? [y/N] "
+    return (
+        f"Purge the dead jobs of {where} that died more than {older_than_s:g} s ago "
+        f"(of {jobs} in all) for good? [y/N] "
+    )
+
+
+async def _confirm(question: str) -> bool:
+    """Ask ``question`` on stderr and read the answer from stdin (a terminal): only
+    ``y`` or ``yes`` agrees; end of input (Ctrl-D) declines."""
+    print(question, end="", file=sys.stderr, flush=True)
+    try:
+        answer = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    except BaseException:  # Ctrl-C: the next line ("interrupted") starts a line of its own
+        print(file=sys.stderr)
+        raise
+    if not answer:
+        print(file=sys.stderr)
+    return answer.strip().lower() in ("y", "yes")
 
 
 # -- enqueue, cancel, sweep ------------------------------------------------------------
@@ -1430,6 +1590,15 @@ async def _sweep(args: argparse.Namespace) -> int:
             name: await store.queue(name, opts).sweep_expired()
             for name in await _queues_with(store, args.queue, dead=False)
         }
+    if args.json:
+        queues = [
+            {"queue": name, "expired": result.expired, "purged": result.purged}
+            for name, result in results.items()
+        ]
+        expired = sum(result.expired for result in results.values())
+        purged = sum(result.purged for result in results.values())
+        _print(json.dumps({"queues": queues, "expired": expired, "purged": purged}))
+        return EXIT_OK
     for name, result in results.items():
         _print(f"queue {name!r}: expired {result.expired}, purged {result.purged}")
     if not results:

@@ -1,30 +1,38 @@
-"""Prometheus metrics for workers, fed by their event streams (``pip install
-'alkstore_trio[prometheus]'``).
+"""Prometheus metrics for workers, fed by their event streams, and for the store's
+queues, fed by :meth:`Store.stats` (``pip install 'alkstore_trio[prometheus]'``).
 
 Example::
 
     from prometheus_client import start_http_server
-    from alkstore_trio.contrib.prometheus import WorkerMetrics
+    from alkstore_trio.contrib.prometheus import StoreStatsMetrics, WorkerMetrics
 
     metrics = WorkerMetrics()  # once per process (per registry); share it among workers
+    queue_stats = StoreStatsMetrics(store)  # once per process: polls store.stats()
     start_http_server(9100)  # prometheus-client's own exporter thread
     worker = Worker(store, {"emails": send_email})
     async with trio.open_nursery() as nursery:
+        await nursery.start(queue_stats.run)  # a first reading is served once it returns
         await nursery.start(metrics.run, worker)  # subscribed: no event is missed
         await nursery.start(worker.run)
 
-Why the event stream. Every figure here is counted from the :class:`~alkstore_trio.WorkerEvent`
-the worker publishes for each transition (rule R9), by a task that only reads them: the
-metrics can never slow, block or change the worker, and they agree with
-:meth:`Worker.statistics` (``alkstore_jobs_acked_total`` is ``statistics().acked``, summed
-over the workers watched). The task subscribes before it reports started, so starting it
-before the worker means the first claim is counted. It asks for an unbounded buffer by
-default: :meth:`WorkerMetrics.observe` never blocks, so the buffer only holds the events
-of one scheduling round; with a bound, events a full buffer drops are lost to the metrics
-(``statistics().events_dropped`` counts them).
+Two sources, two classes. What workers *do* (claims, acks, retries, run times) is only
+known to the workers, and :class:`WorkerMetrics` counts it from their events. What the
+queues *hold* (ready, delayed, processing, dead jobs) is only known to the store, and
+:class:`StoreStatsMetrics` reads it with :meth:`Store.stats` every ``interval_s``: one
+process is enough for that, whatever the number of workers.
 
-The figures (``alkstore`` is ``namespace``; every series has a ``queue`` label, and a
-``worker_id`` label when ``worker_id_label=True``):
+Why the event stream. Every figure of :class:`WorkerMetrics` is counted from the
+:class:`~alkstore_trio.WorkerEvent` the worker publishes for each transition (rule R9),
+by a task that only reads them: the metrics can never slow, block or change the worker,
+and they agree with :meth:`Worker.statistics` (``alkstore_jobs_acked_total`` is
+``statistics().acked``, summed over the workers watched). The task subscribes before it
+reports started, so starting it before the worker means the first claim is counted. It
+asks for an unbounded buffer by default: :meth:`WorkerMetrics.observe` never blocks, so
+the buffer only holds the events of one scheduling round; with a bound, events a full
+buffer drops are lost to the metrics (``statistics().events_dropped`` counts them).
+
+The worker figures (``alkstore`` is ``namespace``; every series has a ``queue`` label,
+and a ``worker_id`` label when ``worker_id_label=True``):
 
 - ``alkstore_jobs_claimed_total``: jobs claimed (``claim``)
 - ``alkstore_jobs_acked_total``: jobs acked (``ack``)
@@ -41,7 +49,6 @@ The figures (``alkstore`` is ``namespace``; every series has a ``queue`` label, 
 - ``alkstore_workers_running``: workers watched that are running (gauge)
 - ``alkstore_claim_latency_seconds``: from ``run_at`` to ``claimed_at`` (histogram)
 - ``alkstore_job_run_seconds``: from a handler's start to its finish
-- ``alkstore_queue_jobs``: queue depth by ``state`` (gauge, see below)
 
 ``alkstore_claim_latency_seconds`` is how long a claimed job had been due: the job's
 ``claimed_at`` minus its ``run_at`` (when it was enqueued, or when its retry delay ran
@@ -54,31 +61,91 @@ other machines never enter it. A job reclaimed after a lapsed lease keeps its ol
 Enqueues happen outside workers, in producers (often inside the producer's own
 transaction), so no event reports them: a producer that wants
 ``alkstore_jobs_enqueued_total`` calls :meth:`WorkerMetrics.count_enqueued` after its
-enqueue committed. Queue depth (``alkstore_queue_jobs``) is an extension point:
-:meth:`WorkerMetrics.set_queue_depth` sets it from counts you have; the store has no
-``stats()`` API to poll for them yet, and nothing here invents them.
+enqueue committed.
+
+The store figures, from the last reading of :meth:`Store.stats` (a ``queue`` label on
+the first six):
+
+- ``alkstore_queue_jobs``: jobs by ``state``: ``ready``, ``delayed`` (both pending),
+  ``processing``, ``dead``; the four add up to every row of the queue (gauge)
+- ``alkstore_queue_jobs_reclaimable``: the processing jobs whose claim lapsed (gauge)
+- ``alkstore_queue_oldest_ready_age_seconds``: how long the longest-waiting ready job
+  has been claimable, 0 when none is (gauge)
+- ``alkstore_queue_acked_total``: jobs of the queue acked (counter, D27)
+- ``alkstore_queue_dead_lettered_total``: moves of the queue's jobs to dead, by a
+  worker or a sweep; a redriven job that dies again counts twice (counter, D27)
+- ``alkstore_queue_cancelled_total``: live jobs of the queue cancelled (counter, D27)
+- ``alkstore_store_ids_issued_total``: job ids the store handed out (counter)
+- ``alkstore_store_jobs_removed_total``: job rows that left the store: acked, cancelled,
+  purged, and ids of rolled-back enqueues (counter, D23)
+- ``alkstore_queue_stats_up``: 1 if the last reading succeeded, else 0 (gauge)
+- ``alkstore_queue_stats_last_success_timestamp_seconds``: the store clock at the last
+  successful reading, in Unix seconds (gauge)
+- ``alkstore_queue_stats_failures_total``: readings that failed (counter)
+- ``alkstore_queue_stats_duration_seconds``: how long the last reading took (gauge)
+
+How :class:`StoreStatsMetrics` serves them. It is a prometheus-client *custom
+collector*: a scrape never touches the store, it serves the last reading that
+:meth:`StoreStatsMetrics.run` took (an atomic swap of one frozen value, so a scrape from
+the exporter's thread sees one reading whole). That is also why totals read from the
+store are exported as true counters (``CounterMetricFamily``): their value is the
+store's, not this process's, so it survives a restart of the poller and agrees across
+every process that exports it. A reading that fails (the store cannot be reached, or
+it does not answer within ``timeout_s``) is logged and counted, ``..._stats_up`` drops
+to 0, and the last good values keep being served until the next reading succeeds:
+dropping them would end every series for the length of a network blip and reset the
+``for:`` clock of every alert on them. Alert on ``alkstore_queue_stats_up == 0`` (or on
+the age of ``..._last_success_timestamp_seconds``) to know the values are stale.
+
+The per-queue counters are the store's too (D27): they count every ack, dead-letter move
+and cancel of the queue, whoever made it (a worker, a producer's ``cancel``, a sweep),
+since the schema got them on PostgreSQL and since the store opened in memory. They are
+not :class:`WorkerMetrics`' ``alkstore_jobs_*`` (what the watched workers did, counted
+in this process, lost at its restart); both live on one registry without a clash.
+
+A queue that a reading no longer lists has all its series end, gauges and counters
+alike, and Prometheus marks them stale: keeping every queue name ever seen would grow
+the series without bound. :meth:`Store.stats` lists the queues that hold jobs or have
+counted any, though, so a queue stays listed once one of its jobs was acked,
+dead-lettered or cancelled: for good on PostgreSQL (its counter rows stay), as long as
+the store is open in memory. Name the queues in ``queues=`` to export exactly those,
+always present, at 0 when the reading does not list them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
 import trio
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .._errors import InvalidArgument
+from .._core import QueueStats, StoreStats
+from .._core import _validate as v
+from .._errors import EngineError, InvalidArgument
 from .._runtime import Worker
-from .._store import Queue
+from .._store import Queue, Store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
     from prometheus_client.metrics import MetricWrapperBase
+    from prometheus_client.metrics_core import Metric
 
     from .._runtime import WorkerEvent
 
-__all__ = ["DEFAULT_LATENCY_BUCKETS_S", "WorkerMetrics"]
+__all__ = [
+    "DEFAULT_LATENCY_BUCKETS_S",
+    "DEFAULT_STATS_INTERVAL_S",
+    "StoreStatsMetrics",
+    "WorkerMetrics",
+]
+
+logger = logging.getLogger("alkstore_trio.contrib.prometheus")
 
 #: Histogram buckets (seconds) used for both histograms unless others are given: from
 #: 5 ms to 10 min, since queue waits and job runs are often far longer than a request.
@@ -101,6 +168,10 @@ DEFAULT_LATENCY_BUCKETS_S: Final = (
     600.0,
     math.inf,
 )
+
+#: Seconds between two readings of :meth:`Store.stats` unless told otherwise: Prometheus'
+#: default scrape interval, since a scrape only ever serves the last reading.
+DEFAULT_STATS_INTERVAL_S: Final = 15.0
 
 #: Which counter each event kind increments (see the module docstring).
 _COUNTED: Final = {
@@ -211,13 +282,6 @@ class WorkerMetrics:
                 buckets=tuple(run_time_buckets_s),
                 registry=None,
             )
-            self._queue_jobs = Gauge(
-                "queue_jobs",
-                "Jobs in a queue by state, as last set with set_queue_depth().",
-                ("queue", "state"),
-                namespace=namespace,
-                registry=None,
-            )
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"invalid metric settings: {exc}") from None
         collectors: list[MetricWrapperBase] = [
@@ -226,7 +290,6 @@ class WorkerMetrics:
             self._workers_running,
             self._claim_latency,
             self._run_time,
-            self._queue_jobs,
         ]
         _register_all(registry, collectors)
         #: Claims in flight: (worker id, job id, attempt) -> their label values.
@@ -329,31 +392,6 @@ class WorkerMetrics:
             raise InvalidArgument(f"n must be an int >= 0; got {n!r}")
         self._counters["enqueued"].labels(*self._labels(queue, "")).inc(n)
 
-    def set_queue_depth(self, queue: str, counts: Mapping[str, int]) -> None:
-        """Set ``alkstore_queue_jobs{queue, state}`` from counts you have (extension
-        point). The store has no ``stats()`` API yet to poll for them; once it has, a
-        poller calls this with its per-state counts.
-
-        Args:
-            queue: The queue's name.
-            counts: Jobs per state, e.g. ``{"ready": 12, "delayed": 3, "dead": 1}``;
-                states not named keep their last value.
-
-        Raises:
-            InvalidArgument: ``queue`` is not a str, or a count is not an int >= 0.
-        """
-        if not isinstance(queue, str):
-            raise InvalidArgument(f"queue must be a str; got {type(queue).__name__}")
-        checked: dict[str, int] = {}
-        for state, count in counts.items():
-            if not isinstance(state, str):
-                raise InvalidArgument(f"counts keys must be state names; got {state!r}")
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise InvalidArgument(f"counts[{state!r}] must be an int >= 0; got {count!r}")
-            checked[state] = count
-        for state, count in checked.items():
-            self._queue_jobs.labels(queue, state).set(count)
-
     def _labels(self, queue: str, worker_id: str) -> tuple[str, ...]:
         return (queue, worker_id) if self._worker_id_label else (queue,)
 
@@ -369,6 +407,335 @@ class WorkerMetrics:
             self._in_flight.labels(*self._claims.pop(key)).dec()
         for key in [key for key in self._starts if key[0] == worker_id]:
             del self._starts[key]
+
+
+#: The per-queue counters of :class:`QueueStats` (D27): the metric's name (without the
+#: ``_total`` that prometheus-client adds), the field it reads, and its help text.
+_QUEUE_COUNTERS: Final = (
+    ("queue_acked", "acked_total", "Jobs of the queue acked, counted by the store (D27)."),
+    (
+        "queue_dead_lettered",
+        "dead_lettered_total",
+        "Moves of the queue's jobs to dead (worker or sweep), counted by the store (D27).",
+    ),
+    (
+        "queue_cancelled",
+        "cancelled_total",
+        "Live jobs of the queue cancelled, counted by the store (D27).",
+    ),
+)
+
+#: The states of ``alkstore_queue_jobs`` and the :class:`QueueStats` field each one
+#: reads. They partition a queue's rows: their sum is every row of the queue
+#: (``reclaimable``, a part of ``processing``, has a gauge of its own for that reason).
+_QUEUE_STATES: Final = (
+    ("ready", "pending_ready"),
+    ("delayed", "pending_delayed"),
+    ("processing", "processing"),
+    ("dead", "dead"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Readings:
+    """Everything a scrape of :class:`StoreStatsMetrics` serves, replaced whole by each
+    reading (a scrape may run in prometheus-client's exporter thread)."""
+
+    #: The last successful reading, ``None`` before the first one.
+    last: StoreStats | None = None
+    #: Whether the last reading succeeded.
+    up: bool = False
+    #: Readings that failed, in all.
+    failures: int = 0
+    #: Readings that failed in a row, since the last success.
+    failing: int = 0
+    #: Seconds the last reading took (trio's clock), ``None`` before the first one.
+    duration_s: float | None = None
+
+
+@final
+class StoreStatsMetrics:
+    """Queue depths and store-wide totals for Prometheus, read with :meth:`Store.stats`
+    every ``interval_s`` by :meth:`run` (see the module docstring for the list).
+
+    A prometheus-client custom collector: it registers itself on ``registry``, and a
+    scrape serves the last reading without touching the store. Create one per process
+    (the counts are the store's, so one exporting process is enough) and run it beside
+    your workers, or in a process of its own::
+
+        queue_stats = StoreStatsMetrics(store, interval_s=15)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(queue_stats.run)
+
+    or under a supervisor, which restarts it if it crashes::
+
+        async with open_supervisor() as supervisor:
+            await supervisor.start(queue_stats.run, name="queue-stats")
+
+    Each reading is one :meth:`Store.stats` call for every queue, at one instant of the
+    store's clock; it costs in proportion to the rows counted (on PostgreSQL it walks the
+    partial indexes), so keep ``interval_s`` at several seconds.
+
+    Args:
+        store: The store to read.
+        registry: Where to register; default prometheus-client's global ``REGISTRY``.
+        namespace: The metric name prefix (default ``"alkstore"``).
+        interval_s: Seconds from the start of one reading to the start of the next (> 0).
+        timeout_s: A reading not answered within this many seconds is abandoned and
+            counted as failed (> 0); default ``interval_s``.
+        queues: Export only these queues (names or handles of ``store``), each always
+            present, at 0 when the reading does not list it. ``None``, the default,
+            exports every queue the reading lists (those with jobs or counts).
+
+    Raises:
+        InvalidArgument: An argument is invalid, or ``registry`` already holds metrics of
+            these names (nothing was registered then).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        registry: CollectorRegistry = REGISTRY,
+        *,
+        namespace: str = "alkstore",
+        interval_s: float = DEFAULT_STATS_INTERVAL_S,
+        timeout_s: float | None = None,
+        queues: str | Queue | Iterable[str | Queue] | None = None,
+    ) -> None:
+        if not isinstance(store, Store):
+            raise InvalidArgument(f"store must be a Store; got {type(store).__name__}")
+        if not isinstance(registry, CollectorRegistry):
+            raise InvalidArgument(
+                f"registry must be a prometheus_client.CollectorRegistry; got "
+                f"{type(registry).__name__}"
+            )
+        if not isinstance(namespace, str):
+            raise InvalidArgument(f"namespace must be a str; got {type(namespace).__name__}")
+        self._store = store
+        self._prefix = f"{namespace}_" if namespace else ""
+        self._interval_s = v.check_duration("interval_s", interval_s, min_s=0, min_inclusive=False)
+        self._timeout_s = (
+            self._interval_s
+            if timeout_s is None
+            else v.check_duration("timeout_s", timeout_s, min_s=0, min_inclusive=False)
+        )
+        self._queues = None if queues is None else _queue_names(store, queues)
+        self._readings = _Readings()
+        self._running = False
+        try:
+            registry.register(self)
+        except ValueError as exc:
+            raise InvalidArgument(
+                f"registry already holds a metric of this name ({exc}), or the name is "
+                "invalid; create one StoreStatsMetrics per registry (and store), or pass "
+                "another registry or namespace"
+            ) from None
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds from the start of one reading to the start of the next."""
+        return self._interval_s
+
+    @property
+    def queues(self) -> tuple[str, ...] | None:
+        """The queues exported, or ``None`` for every queue a reading lists."""
+        return self._queues
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read the store now and then every ``interval_s``, forever; use with
+        ``nursery.start`` or :meth:`Supervisor.start <alkstore_trio.Supervisor.start>`.
+
+        It reports started after the first reading, successful or not, so the metrics
+        hold one as soon as ``start`` returns. Readings are spaced start to start on
+        trio's clock; a reading that took longer than ``interval_s`` is followed by the
+        next at once, never by a burst of catch-up readings. A failed reading does not
+        end it (see :meth:`poll`). Cancel it to stop; the last reading is still served.
+
+        Raises:
+            RuntimeError: This object's ``run`` is already running (one poller each).
+            StoreClosed: The store was closed (nothing is left to read).
+        """
+        if self._running:
+            raise RuntimeError(
+                "this StoreStatsMetrics is already running; run it once (one poller per collector)"
+            )
+        self._running = True
+        try:
+            next_at = trio.current_time()
+            await self.poll()
+            task_status.started()
+            while True:
+                next_at = max(next_at + self._interval_s, trio.current_time())
+                await trio.sleep_until(next_at)
+                await self.poll()
+        finally:
+            self._running = False
+
+    async def poll(self) -> bool:
+        """Take one reading now (what :meth:`run` does every ``interval_s``).
+
+        A reading fails when :meth:`Store.stats` raises :class:`EngineError` (the
+        database cannot be reached) or does not answer within ``timeout_s``. The failure
+        is logged as a warning on the ``alkstore_trio.contrib.prometheus`` logger (its
+        type and message, never the DSN) and counted, ``..._stats_up`` becomes 0, and the
+        last successful reading keeps being served.
+
+        Returns:
+            ``True`` if the reading succeeded, ``False`` if it failed.
+
+        Raises:
+            StoreClosed: The store was closed.
+        """
+        started = trio.current_time()
+        stats: StoreStats | None = None
+        failure = f"no answer within timeout_s={self._timeout_s:g}"
+        with trio.move_on_after(self._timeout_s):
+            try:
+                stats = await self._store.stats()
+            except EngineError as exc:
+                failure = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        duration_s = trio.current_time() - started
+        before = self._readings
+        if stats is None:
+            self._readings = dataclasses.replace(
+                before,
+                up=False,
+                failures=before.failures + 1,
+                failing=before.failing + 1,
+                duration_s=duration_s,
+            )
+            kept = (
+                "nothing to serve yet"
+                if before.last is None
+                else f"serving the reading of {before.last.now.isoformat()}"
+            )
+            logger.warning(
+                "store stats reading failed (%s); %s; failure %d in a row, trying again in %gs",
+                failure,
+                kept,
+                before.failing + 1,
+                self._interval_s,
+                extra={"event": "stats_failed", "failures": before.failing + 1},
+            )
+            return False
+        self._readings = _Readings(
+            last=stats, up=True, failures=before.failures, failing=0, duration_s=duration_s
+        )
+        if before.failing:
+            logger.info(
+                "store stats reading succeeded again after %d failed",
+                before.failing,
+                extra={"event": "stats_recovered", "failures": before.failing},
+            )
+        return True
+
+    def collect(self) -> list[Metric]:
+        """The metric families of the last reading (called by prometheus-client on each
+        scrape; never touches the store)."""
+        return self._families(self._readings)
+
+    def describe(self) -> list[Metric]:
+        """The metric families without samples: what prometheus-client checks for name
+        clashes when this collector registers."""
+        return self._families(_Readings())
+
+    def _families(self, readings: _Readings) -> list[Metric]:
+        def name(suffix: str) -> str:
+            return self._prefix + suffix
+
+        jobs = GaugeMetricFamily(
+            name("queue_jobs"),
+            "Jobs in the queue by state at the last reading (ready and delayed are pending).",
+            labels=("queue", "state"),
+        )
+        reclaimable = GaugeMetricFamily(
+            name("queue_jobs_reclaimable"),
+            "Processing jobs whose claim lapsed, at the last reading.",
+            labels=("queue",),
+        )
+        oldest = GaugeMetricFamily(
+            name("queue_oldest_ready_age_seconds"),
+            "Seconds the longest-waiting ready job has been claimable (0: none is ready).",
+            labels=("queue",),
+        )
+        totals = [
+            (CounterMetricFamily(name(suffix), doc, labels=("queue",)), field)
+            for suffix, field, doc in _QUEUE_COUNTERS
+        ]
+        issued = CounterMetricFamily(
+            name("store_ids_issued"), "Job ids the store handed out (enqueues, rolled back too)."
+        )
+        removed = CounterMetricFamily(
+            name("store_jobs_removed"),
+            "Job rows that left the store: acked, cancelled, purged, rolled-back ids (D23).",
+        )
+        up = GaugeMetricFamily(
+            name("queue_stats_up"),
+            "1 if the last reading of the store's stats succeeded, else 0.",
+            value=1 if readings.up else 0,
+        )
+        last_success = GaugeMetricFamily(
+            name("queue_stats_last_success_timestamp_seconds"),
+            "The store clock at the last successful reading, in Unix seconds.",
+        )
+        failures = CounterMetricFamily(
+            name("queue_stats_failures"),
+            "Readings of the store's stats that failed.",
+            value=readings.failures,
+        )
+        duration = GaugeMetricFamily(
+            name("queue_stats_duration_seconds"), "Seconds the last reading took."
+        )
+        stats = readings.last
+        if stats is not None:
+            for queue, entry in self._entries(stats):
+                for state, field in _QUEUE_STATES:
+                    jobs.add_metric((queue, state), 0 if entry is None else getattr(entry, field))
+                reclaimable.add_metric((queue,), 0 if entry is None else entry.reclaimable)
+                age_s = None if entry is None else entry.oldest_ready_age_s
+                oldest.add_metric((queue,), 0.0 if age_s is None else age_s)
+                for family, field in totals:
+                    family.add_metric((queue,), 0 if entry is None else getattr(entry, field))
+            rows = sum(entry.live + entry.dead for entry in stats.queues)
+            issued.add_metric((), stats.ids_issued)
+            removed.add_metric((), max(0, stats.ids_issued - rows))
+            last_success.add_metric((), stats.now.timestamp())
+        if readings.duration_s is not None:
+            duration.add_metric((), readings.duration_s)
+        return [
+            jobs,
+            reclaimable,
+            oldest,
+            *(family for family, _ in totals),
+            issued,
+            removed,
+            up,
+            last_success,
+            failures,
+            duration,
+        ]
+
+    def _entries(self, stats: StoreStats) -> list[tuple[str, QueueStats | None]]:
+        """The queues to export and their entries; ``None`` for a queue of ``queues=``
+        the reading does not list (it has no rows: its gauges are 0)."""
+        if self._queues is None:
+            return [(entry.queue, entry) for entry in stats.queues]
+        return [(queue, stats.queue(queue)) for queue in self._queues]
+
+
+def _queue_names(store: Store, queues: str | Queue | Iterable[str | Queue]) -> tuple[str, ...]:
+    """``queues=`` of :class:`StoreStatsMetrics`: distinct names, in order."""
+    if isinstance(queues, str | Queue):
+        queues = [queues]  # one queue, not the letters of its name
+    try:
+        items = list(queues)
+    except TypeError:
+        raise InvalidArgument(
+            f"queues must be queue names or handles, or None; got a {type(queues).__name__}"
+        ) from None
+    if not items:
+        raise InvalidArgument("queues must name at least one queue, or be None for every queue")
+    return tuple(dict.fromkeys(store._queue_name(queue) for queue in items))
 
 
 def _register_all(registry: CollectorRegistry, collectors: list[MetricWrapperBase]) -> None:

@@ -3,11 +3,19 @@ list/requeue/purge``, ``enqueue``, ``cancel`` and ``sweep``, run in-process thro
 ``main([...])`` against a throwaway PostgreSQL schema (``schema`` of
 ``tests/postgres/conftest.py``, dropped after each test). Rows are seeded and checked
 through the library in their own ``trio.run``; ``main`` runs its own.
+
+Issue 6 (second round): ``--json`` for ``dead requeue``, ``dead purge`` and ``sweep``,
+and the confirmation of ``dead purge`` — on a stand-in terminal in-process, and once on
+a real pseudo-terminal in a subprocess.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,7 +23,7 @@ import pytest
 import trio
 
 from alkstore_trio import QueueOpts, Store, open_store
-from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from alkstore_trio._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
 
 
 @pytest.fixture
@@ -209,11 +217,11 @@ def test_d24_dead_requeue_all_and_its_usage_errors(cli, on_store):
 
 def test_d25_dead_purge_older_than_and_all(cli, on_store):
     on_store(lambda store: _dead(store, "p", b"x"))
-    status, out, _ = cli("dead", "purge", "--older-than", "3600")
+    status, out, _ = cli("dead", "purge", "--older-than", "3600", "--yes")
     assert (status, out) == (EXIT_OK, "queue 'p': purged 0 dead jobs\n")
-    status, out, _ = cli("dead", "purge", "--queue", "p")
+    status, out, _ = cli("dead", "purge", "--queue", "p", "-y")
     assert (status, out) == (EXIT_OK, "queue 'p': purged 1 dead job\n")
-    assert cli("dead", "purge", "--older-than", "-1")[0] == EXIT_USAGE
+    assert cli("dead", "purge", "--older-than", "-1", "--yes")[0] == EXIT_USAGE
 
 
 def test_enqueue_cancel_and_sweep(cli, on_store, tmp_path):
@@ -273,3 +281,191 @@ def test_operator_commands_need_a_dsn(monkeypatch, capsys):
         main(["dead", "list"])
     assert exc.value.code == EXIT_USAGE
     assert "--dsn is required (or set ALKSTORE_DSN)" in capsys.readouterr().err
+
+
+# -- issue 6: --json for dead requeue / dead purge / sweep; dead purge confirms -------
+
+
+class Terminal:
+    """A stand-in for a terminal on stdin: ``isatty()``, and the lines the user types
+    (then end of input)."""
+
+    def __init__(self, *lines: str) -> None:
+        self.lines = list(lines)
+        self.reads = 0
+
+    def isatty(self) -> bool:
+        return True
+
+    def readline(self) -> str:
+        self.reads += 1
+        return self.lines.pop(0) if self.lines else ""
+
+
+def _states(on_store, ids):
+    async def read(store: Store) -> list[str | None]:
+        return [None if (job := await store.get_job(i)) is None else job.state for i in ids]
+
+    return on_store(read)
+
+
+def test_issue6_dead_requeue_json(cli, on_store):
+    async def seed(store: Store) -> tuple[int, int, int, int]:
+        return (
+            await _dead(store, "a", b"1"),
+            await _dead(store, "a", b"2"),
+            await _dead(store, "b", b"3"),
+            await store.queue("a").enqueue(b"live"),
+        )
+
+    first, _, _, live = on_store(seed)
+    status, out, err = cli("dead", "requeue", str(first), str(live), "--json")
+    assert (status, err) == (EXIT_OK, "")  # the skipped ids are in the JSON
+    assert json.loads(out) == {
+        "queues": [{"queue": "a", "requeued": 1}],
+        "requeued": 1,
+        "skipped": [live],
+    }
+    status, out, _ = cli("dead", "requeue", "--all", "--json")
+    data = json.loads(out)
+    assert status == EXIT_OK
+    assert sorted(data["queues"], key=lambda q: q["queue"]) == [
+        {"queue": "a", "requeued": 1},
+        {"queue": "b", "requeued": 1},
+    ]
+    assert (data["requeued"], data["skipped"]) == (2, [])
+    status, out, err = cli("dead", "requeue", str(live), "--json")
+    assert status == EXIT_FAILED  # still a failure, with the JSON on stdout
+    assert json.loads(out) == {"queues": [], "requeued": 0, "skipped": [live]}
+    assert "none of the ids is a dead job" in err
+
+
+def test_issue6_dead_purge_json(cli, on_store):
+    on_store(lambda store: _dead(store, "p", b"1"))
+    on_store(lambda store: _dead(store, "p", b"2"))
+    status, out, _ = cli("dead", "purge", "--yes", "--json")
+    assert status == EXIT_OK
+    assert json.loads(out) == {"queues": [{"queue": "p", "purged": 2}], "purged": 2}
+    status, out, _ = cli("dead", "purge", "--yes", "--json")
+    assert json.loads(out) == {"queues": [], "purged": 0}
+    status, out, _ = cli("dead", "purge", "--yes", "--json", "--queue", "empty")
+    assert json.loads(out) == {"queues": [{"queue": "empty", "purged": 0}], "purged": 0}
+
+
+def test_issue6_sweep_json(cli, on_store, schema):
+    async def seed(store: Store) -> None:
+        queue = store.queue("s", QueueOpts(expires_in_s=3600))
+        ids = await queue.enqueue_many([b"1", b"2"])
+        async with store.transaction() as tx:  # back-date the first one: it expired
+            await tx.execute(
+                f"UPDATE \"{schema}\".jobs SET expires_at = now() - interval '1 second' "
+                "WHERE id = %s",
+                [ids[0]],
+            )
+        await _dead(store, "old", b"x")
+
+    on_store(seed)
+    status, out, _ = cli("sweep", "--json")
+    data = json.loads(out)
+    assert status == EXIT_OK
+    assert sorted(data["queues"], key=lambda q: q["queue"]) == [
+        {"queue": "old", "expired": 0, "purged": 0},
+        {"queue": "s", "expired": 1, "purged": 0},
+    ]
+    assert (data["expired"], data["purged"]) == (1, 0)
+    status, out, _ = cli("sweep", "--json", "--retention-s", "0")
+    data = json.loads(out)
+    assert (data["expired"], data["purged"]) == (0, 2)  # old's dead job and s's expired one
+    status, out, _ = cli("sweep", "--json", "--queue", "quiet")
+    assert json.loads(out) == {
+        "queues": [{"queue": "quiet", "expired": 0, "purged": 0}],
+        "expired": 0,
+        "purged": 0,
+    }
+
+
+def test_issue6_dead_purge_refuses_without_yes_when_stdin_is_not_a_terminal(cli, on_store):
+    job_id = on_store(lambda store: _dead(store, "p", b"x"))
+    status, out, err = cli("dead", "purge")  # pytest's stdin is not a terminal
+    assert (status, out) == (EXIT_USAGE, "")
+    assert err == (
+        "alkstore-trio dead purge: error: refusing to delete dead jobs without "
+        "confirmation: stdin is not a terminal; pass --yes to purge without asking\n"
+    )
+    assert _states(on_store, [job_id]) == ["dead"]
+
+
+def test_issue6_dead_purge_asks_first_on_a_terminal(cli, on_store, monkeypatch):
+    async def seed(store: Store) -> list[int]:
+        return [
+            await _dead(store, "p", b"1"),
+            await _dead(store, "p", b"2"),
+            await _dead(store, "other", b"3"),
+        ]
+
+    ids = on_store(seed)
+    terminal = Terminal("n\n")
+    monkeypatch.setattr(sys, "stdin", terminal)
+    status, out, err = cli("dead", "purge", "--queue", "p")
+    assert (status, out) == (EXIT_FAILED, "")
+    assert err == (
+        "Purge 2 dead jobs of queue 'p' for good? [y/N] "
+        "alkstore-trio dead purge: purge cancelled: nothing was deleted\n"
+    )
+    status, out, err = cli("dead", "purge")  # end of input (Ctrl-D) declines too
+    assert (status, out) == (EXIT_FAILED, "")
+    assert err.startswith("Purge 3 dead jobs of 2 queues for good? [y/N] \n")
+    assert _states(on_store, ids) == ["dead", "dead", "dead"]
+    terminal.lines = ["Yes\n"]
+    status, out, err = cli("dead", "purge", "--older-than", "0")
+    assert status == EXIT_OK
+    assert err == (
+        "Purge the dead jobs of 2 queues that died more than 0 s ago (of 3 dead jobs in "
+        "all) for good? [y/N] "
+    )
+    assert sorted(out.splitlines()) == [
+        "queue 'other': purged 1 dead job",
+        "queue 'p': purged 2 dead jobs",
+    ]
+    assert _states(on_store, ids) == [None, None, None]
+    reads = terminal.reads
+    status, out, err = cli("dead", "purge")  # nothing to purge: nothing to ask
+    assert (status, out, err) == (EXIT_OK, "purged 0 dead jobs\n", "")
+    assert terminal.reads == reads
+
+
+def test_issue6_dead_purge_asks_on_a_real_terminal(cli, on_store, pg_dsn, schema):
+    job_id = on_store(lambda store: _dead(store, "tty", b"x"))
+    primary, secondary = pty.openpty()
+    try:
+        os.write(primary, b"y\n")  # typed ahead: the terminal holds the line until read
+        result = subprocess.run(
+            [sys.executable, "-m", "alkstore_trio", "dead", "purge"],
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "ALKSTORE_DSN": pg_dsn, "ALKSTORE_SCHEMA": schema},
+            check=False,
+        )
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stderr == "Purge 1 dead job of queue 'tty' for good? [y/N] "
+    assert result.stdout == "queue 'tty': purged 1 dead job\n"
+    assert _states(on_store, [job_id]) == [None]
+
+
+def test_issue6_dead_purge_interrupted_at_its_question_deletes_nothing(cli, on_store, monkeypatch):
+    job_id = on_store(lambda store: _dead(store, "p", b"x"))
+
+    class Interrupted(Terminal):
+        def readline(self) -> str:
+            raise KeyboardInterrupt  # Ctrl-C while the question waits
+
+    monkeypatch.setattr(sys, "stdin", Interrupted())
+    status, out, err = cli("dead", "purge")
+    assert (status, out) == (EXIT_INTERRUPTED, "")
+    assert err == "Purge 1 dead job of queue 'p' for good? [y/N] \nalkstore-trio: interrupted\n"
+    assert _states(on_store, [job_id]) == ["dead"]
