@@ -722,7 +722,8 @@ class Worker:
             self._slots.add(slot)
             heartbeats.setdefault(interval, []).append(slot)
             self._counts["claimed"] += 1
-            self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
+            if self._wants(logging.DEBUG):
+                self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
             self._jobs.start_soon(self._job_actor, slot, name=f"job {job.queue}/{job.id}")
         # R6: a claim's heartbeat actor starts once its handler has run for one interval
         # (most handlers finish sooner and never need one).
@@ -922,7 +923,8 @@ class Worker:
             return
         if outcome.kind == "ack":
             self._counts["acked"] += 1
-            self._log(logging.INFO, "ack", job, "acked")
+            if self._wants(logging.INFO):
+                self._log(logging.INFO, "ack", job, "acked")
         elif outcome.kind == "fail" or at_budget:
             self._counts["dead_lettered"] += 1
             self._log(
@@ -982,7 +984,8 @@ class Worker:
         start = trio.current_time()
         self._counts["started"] += 1
         self._claim_to_start_total_s += start - slot.claimed_at
-        self._log(logging.DEBUG, "start", job, "handler started")
+        if self._wants(logging.DEBUG):
+            self._log(logging.DEBUG, "start", job, "handler started")
         try:
             if self._job_timeout_s is None:
                 await slot.handler(job)
@@ -1018,7 +1021,8 @@ class Worker:
             self._counts["finished"] += 1
             run_time = trio.current_time() - start
             self._run_time_total_s += run_time
-            self._log(logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time)
+            if self._wants(logging.DEBUG):
+                self._log(logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time)
 
     async def _heartbeat_actor(self, slot: _Slot) -> None:
         """R6: started by the dispatcher once the handler has run for one
@@ -1104,6 +1108,11 @@ class Worker:
             queue=queue,
             error=_describe(exc),
         )
+
+    def _wants(self, level: int) -> bool:
+        """Whether a record at ``level`` would go anywhere (a logger or an event stream):
+        the per-job records skip building their arguments when not (the hot path)."""
+        return bool(self._subscribers) or logger.isEnabledFor(level)
 
     def _log(
         self,
