@@ -62,6 +62,10 @@ class Store:
         self._max_payload_bytes = max_payload_bytes
         self._closed = False
 
+    def __repr__(self) -> str:
+        # The engine and where, never a DSN (it may hold a password).
+        return f"<Store {self._backend!r}{' closed' if self._closed else ''}>"
+
     @property
     def closed(self) -> bool:
         """Whether the store was closed."""

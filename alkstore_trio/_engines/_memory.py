@@ -49,6 +49,9 @@ class MemoryBackend:
     """The in-memory engine (see the module docstring). Construct it with
     :func:`open_memory_backend`, which runs its actor."""
 
+    def __repr__(self) -> str:
+        return "memory"
+
     def __init__(self, clock: Clock, inbox: trio.MemorySendChannel[_Request]) -> None:
         self._clock = clock
         self._inbox = inbox

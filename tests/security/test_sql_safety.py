@@ -573,6 +573,8 @@ async def test_security_no_password_in_reprs_errors_or_logs_of_a_working_store(
             await queue.enqueue(b"x")
             (handle,) = await queue.claim_batch("w", 1)
             seen += [repr(store), repr(store._backend), repr(queue), repr(handle), repr(handle.job)]
+            # The store's repr says which engine and schema, so logs of it are useful.
+            assert repr(store) == f"<Store postgresql schema {schema!r}>"
             seen += [repr(vars(store)), repr(vars(store._backend))]
             with pytest.raises(EngineError) as caught:
                 async with store.transaction() as tx:
@@ -584,6 +586,7 @@ async def test_security_no_password_in_reprs_errors_or_logs_of_a_working_store(
         await run_sql(pg_dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     assert not [text for text in seen if SENTINEL_PASSWORD in text]
     assert SENTINEL_PASSWORD not in caplog.text
+    assert repr(store) == f"<Store postgresql schema {schema!r} closed>"
     figures.record(texts_checked=len(seen), log_records_checked=len(caplog.records))
 
 

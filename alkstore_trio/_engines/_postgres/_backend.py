@@ -105,6 +105,9 @@ class PostgresBackend:
         self._nursery: trio.Nursery | None = None
         self._listener_started = False
 
+    def __repr__(self) -> str:
+        return f"postgresql schema {self._schema!r}{'' if self._listen else ' (poll only)'}"
+
     # -- plumbing ----------------------------------------------------------------------
 
     def _channel(self, queue: str) -> str:
