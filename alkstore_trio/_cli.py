@@ -885,8 +885,9 @@ def _add_operator_commands(
         description=(
             "Delete dead jobs for good (D25): those that died more than --older-than "
             "seconds ago, or every one. Of --queue, or of every queue (one transaction "
-            "per queue). On a terminal it first counts the dead jobs and asks; when stdin "
-            "is not a terminal (a script, cron, CI) it refuses unless --yes is given."
+            "per queue). On a terminal it first counts the jobs it would delete and asks; "
+            "when stdin is not a terminal (a script, cron, CI) it refuses unless --yes is "
+            "given. --dry-run only counts them (D29)."
         ),
     )
     purge.add_argument(
@@ -902,6 +903,11 @@ def _add_operator_commands(
         "--yes",
         action="store_true",
         help="purge without asking (required when stdin is not a terminal)",
+    )
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="delete nothing: print how many dead jobs would be purged now",
     )
     purge.add_argument(
         "--json",
@@ -1491,26 +1497,36 @@ async def _dead_requeue(args: argparse.Namespace) -> int:
 
 async def _dead_purge(args: argparse.Namespace) -> int:
     # Checked before anything is opened: a script that forgot --yes changes nothing.
-    if not args.yes and not sys.stdin.isatty():
+    if not args.yes and not args.dry_run and not sys.stdin.isatty():
         raise UsageProblem(
             "refusing to delete dead jobs without confirmation: stdin is not a terminal; "
-            "pass --yes to purge without asking"
+            "pass --yes to purge without asking (or --dry-run to only count them)"
         )
     async with _operator_store(args) as store:
-        dead = await _dead_counts(store, args.queue)
-        asked = not args.yes and sum(dead.values()) > 0
-        if asked and not await _confirm(_purge_question(dead, args.older_than)):
-            raise CommandFailed("purge cancelled: nothing was deleted")
-        purged = {name: await store.queue(name).purge_dead(args.older_than) for name in dead}
+        queues = list(await _dead_counts(store, args.queue))
+        # D29: exactly what a purge now would delete, per queue (the age limit applied).
+        doomed = {
+            name: await store.queue(name).purge_dead(args.older_than, dry_run=True)
+            for name in queues
+        }
+        if args.dry_run:
+            purged = doomed
+        else:
+            asked = not args.yes and sum(doomed.values()) > 0
+            if asked and not await _confirm(_purge_question(doomed, args.older_than)):
+                raise CommandFailed("purge cancelled: nothing was deleted")
+            purged = {name: await store.queue(name).purge_dead(args.older_than) for name in queues}
     total = sum(purged.values())
+    verb = "would purge" if args.dry_run else "purged"
     if args.json:
-        queues = [{"queue": name, "purged": count} for name, count in purged.items()]
-        _print(json.dumps({"queues": queues, "purged": total}))
+        key = "would_purge" if args.dry_run else "purged"
+        rows = [{"queue": name, key: count} for name, count in purged.items()]
+        _print(json.dumps({"queues": rows, key: total}))
         return EXIT_OK
     for name, count in purged.items():
-        _print(f"queue {name!r}: purged {count} dead job{'s' if count != 1 else ''}")
+        _print(f"queue {name!r}: {verb} {count} dead job{'s' if count != 1 else ''}")
     if not purged:
-        _print("purged 0 dead jobs")
+        _print(f"{verb} 0 dead jobs")
     return EXIT_OK
 
 
@@ -1524,18 +1540,14 @@ async def _dead_counts(store: Store, queue: str | None) -> dict[str, int]:
     return {entry.queue: entry.dead for entry in stats.queues if entry.dead}
 
 
-def _purge_question(dead: Mapping[str, int], older_than_s: float | None) -> str:
-    """``dead purge``'s question. With ``--older-than`` only an upper bound is known: the
-    store counts dead jobs, not dead jobs by age."""
-    total = sum(dead.values())
+def _purge_question(doomed: Mapping[str, int], older_than_s: float | None) -> str:
+    """``dead purge``'s question, with the number of jobs the purge would delete (D29)."""
+    total = sum(doomed.values())
     jobs = f"{total} dead job{'s' if total != 1 else ''}"
-    where = f"queue {next(iter(dead))!r}" if len(dead) == 1 else f"{len(dead)} queues"
+    where = f"queue {next(iter(doomed))!r}" if len(doomed) == 1 else f"{len(doomed)} queues"
     if older_than_s is None:
         return f"Purge {jobs} of {where} for good? [y/N] "
-    return (
-        f"Purge the dead jobs of {where} that died more than {older_than_s:g} s ago "
-        f"(of {jobs} in all) for good? [y/N] "
-    )
+    return f"Purge {jobs} of {where} (dead for more than {older_than_s:g} s) for good? [y/N] "
 
 
 async def _confirm(question: str) -> bool:

@@ -382,15 +382,19 @@ class JobTable:
                 heapq.heappush(self._index(job.queue).expiry, (job.expires_at, job.id))
         return len(revived)
 
-    def purge_dead(self, queue: str, older_than_s: float | None, now: datetime) -> int:
+    def purge_dead(
+        self, queue: str, older_than_s: float | None, now: datetime, *, dry_run: bool = False
+    ) -> int:
         """D25: delete this queue's dead rows that died more than ``older_than_s`` ago
-        (every one for ``None``); how many."""
+        (every one for ``None``); how many. D29: ``dry_run`` only counts them."""
         self._observe(now)
         doomed = [
             job.id
             for job in self._dead.values()
             if job.queue == queue and t.is_dead_older_than(job, now, older_than_s)
         ]
+        if dry_run:
+            return len(doomed)
         for job_id in doomed:
             del self._dead[job_id]
         return len(doomed)

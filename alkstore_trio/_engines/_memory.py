@@ -199,8 +199,10 @@ class MemoryBackend:
 
         return await self._call(run)
 
-    async def purge_dead(self, queue: str, older_than_s: float | None) -> int:
-        return await self._call(lambda table, now: table.purge_dead(queue, older_than_s, now))
+    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
+        return await self._call(
+            lambda table, now: table.purge_dead(queue, older_than_s, now, dry_run=dry_run)
+        )
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:

@@ -144,9 +144,10 @@ class Backend(Protocol):
         count moved."""
         ...
 
-    async def purge_dead(self, queue: str, older_than_s: float | None) -> int:
+    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
         """D25: delete this queue's dead rows with ``died_at + older_than_s < now`` (every
-        one for ``None``), atomically; the count deleted."""
+        one for ``None``), atomically; the count deleted. D29: with ``dry_run``, count
+        them and delete nothing."""
         ...
 
     def transaction(self) -> AbstractAsyncContextManager[TransactionBackend]:

@@ -3558,6 +3558,40 @@ async def d25_purge_dead_deletes_dead_rows_older_than_the_limit(harness: EngineH
 
 
 @_check
+async def d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing(
+    harness: EngineHarness,
+) -> None:
+    """D29: ``purge_dead(older_than_s, dry_run=True)`` returns what the same purge would
+    delete now (same boundary: not at ``died_at + older_than_s == now``), of this queue
+    only, and deletes nothing; a non-bool ``dry_run`` raises InvalidArgument."""
+    async with harness.open_store() as store:
+        queue = store.queue("dry")
+        other = store.queue("dry-other")
+        old = await _dead_job(queue, b"old")
+        await _dead_job(other, b"theirs")
+        await harness.advance(10)
+        young = await _dead_job(queue, b"young")
+        await queue.enqueue(b"live")
+        for bad in (1, "yes", None):
+            await _raises(
+                InvalidArgument,
+                f"purge_dead(dry_run={bad!r})",
+                queue.purge_dead,
+                dry_run=_any(bad),
+            )
+        assert await queue.purge_dead(10, dry_run=True) == 0, "counted at the boundary"
+        await harness.advance(INSTANT_S)
+        for _ in range(2):  # a dry run changes nothing, so it can be repeated
+            assert await queue.purge_dead(10, dry_run=True) == 1, "dry run miscounted"
+            assert await queue.purge_dead(dry_run=True) == 2, "dry run of all miscounted"
+        await _assert_state(queue, old, "dead", "a dead row after a dry run")
+        await _assert_state(queue, young, "dead", "a dead row after a dry run")
+        assert await queue.purge_dead(10) == 1, "the purge disagrees with its dry run"
+        assert await queue.purge_dead(dry_run=True) == 1, "dry run after a purge"
+        assert await other.purge_dead(dry_run=True) == 1, "another queue's count changed"
+
+
+@_check
 async def d26_store_get_job_finds_a_row_by_id_in_any_queue(harness: EngineHarness) -> None:
     """D26: ``store.get_job(id)`` returns the row with this id, live or dead, whatever its
     queue (exactly what ``queue.get_job`` of its queue shows), or ``None``; a bad id
@@ -3867,6 +3901,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     d24_requeue_dead_restarts_the_time_to_live,
     d24_requeue_dead_rejects_bad_arguments_without_effect,
     d25_purge_dead_deletes_dead_rows_older_than_the_limit,
+    d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
     d26_store_get_job_finds_a_row_by_id_in_any_queue,
     d26_list_jobs_pages_through_one_state_by_id,
     d27_stats_count_each_queues_acked_jobs,

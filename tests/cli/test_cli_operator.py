@@ -390,7 +390,8 @@ def test_issue6_dead_purge_refuses_without_yes_when_stdin_is_not_a_terminal(cli,
     assert (status, out) == (EXIT_USAGE, "")
     assert err == (
         "alkstore-trio dead purge: error: refusing to delete dead jobs without "
-        "confirmation: stdin is not a terminal; pass --yes to purge without asking\n"
+        "confirmation: stdin is not a terminal; pass --yes to purge without asking (or "
+        "--dry-run to only count them)\n"
     )
     assert _states(on_store, [job_id]) == ["dead"]
 
@@ -419,10 +420,7 @@ def test_issue6_dead_purge_asks_first_on_a_terminal(cli, on_store, monkeypatch):
     terminal.lines = ["Yes\n"]
     status, out, err = cli("dead", "purge", "--older-than", "0")
     assert status == EXIT_OK
-    assert err == (
-        "Purge the dead jobs of 2 queues that died more than 0 s ago (of 3 dead jobs in "
-        "all) for good? [y/N] "
-    )
+    assert err == "Purge 3 dead jobs of 2 queues (dead for more than 0 s) for good? [y/N] "
     assert sorted(out.splitlines()) == [
         "queue 'other': purged 1 dead job",
         "queue 'p': purged 2 dead jobs",
@@ -432,6 +430,41 @@ def test_issue6_dead_purge_asks_first_on_a_terminal(cli, on_store, monkeypatch):
     status, out, err = cli("dead", "purge")  # nothing to purge: nothing to ask
     assert (status, out, err) == (EXIT_OK, "purged 0 dead jobs\n", "")
     assert terminal.reads == reads
+
+
+def test_d29_dead_purge_dry_run_counts_exactly_and_deletes_nothing(
+    cli, on_store, schema, monkeypatch
+):
+    async def seed(store: Store) -> list[int]:
+        ids = [await _dead(store, "p", b"old"), await _dead(store, "p", b"new")]
+        ids.append(await _dead(store, "q", b"old too"))
+        async with store.transaction() as tx:  # back-date two of them: dead for an hour
+            await tx.execute(
+                f"UPDATE \"{schema}\".dead_jobs SET died_at = died_at - interval '1 hour' "
+                "WHERE id = ANY(%s)",
+                [[ids[0], ids[2]]],
+            )
+        return ids
+
+    ids = on_store(seed)
+    # No terminal and no --yes: a dry run deletes nothing, so it needs no confirmation.
+    status, out, err = cli("dead", "purge", "--dry-run", "--older-than", "600")
+    assert (status, err) == (EXIT_OK, "")
+    assert sorted(out.splitlines()) == [
+        "queue 'p': would purge 1 dead job",
+        "queue 'q': would purge 1 dead job",
+    ]
+    status, out, _ = cli("dead", "purge", "--dry-run", "--json", "--queue", "p")
+    assert json.loads(out) == {"queues": [{"queue": "p", "would_purge": 2}], "would_purge": 2}
+    assert _states(on_store, ids) == ["dead", "dead", "dead"]
+    # On a terminal, the question names exactly what the purge deletes (the age applied).
+    terminal = Terminal("y\n")
+    monkeypatch.setattr(sys, "stdin", terminal)
+    status, out, err = cli("dead", "purge", "--older-than", "600", "--queue", "p")
+    assert status == EXIT_OK
+    assert err == "Purge 1 dead job of queue 'p' (dead for more than 600 s) for good? [y/N] "
+    assert out == "queue 'p': purged 1 dead job\n"
+    assert _states(on_store, ids) == [None, "dead", "dead"]
 
 
 def test_issue6_dead_purge_asks_on_a_real_terminal(cli, on_store, pg_dsn, schema):

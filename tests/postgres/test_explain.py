@@ -323,6 +323,10 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ("older than a week", {"queue": QUEUE, "older_than_s": 7 * 86400.0}),
             ("all", {"queue": QUEUE, "older_than_s": None}),
         ],
+        "count_dead": [
+            ("older than a week", {"queue": QUEUE, "older_than_s": 7 * 86400.0}),
+            ("all", {"queue": QUEUE, "older_than_s": None}),
+        ],
     }
     return table[name]
 
@@ -404,7 +408,7 @@ def explain_conn(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 #: large part of the table (the explained queue holds 40 % of it) reading the whole table
 #: once is the cheaper plan; for a small part the planner takes the retention index.
 #: They are an operator's one-off commands, never on a worker's path.
-BULK_DEAD_QUERIES = frozenset({"requeue_dead_all", "purge_dead"})
+BULK_DEAD_QUERIES = frozenset({"requeue_dead_all", "purge_dead", "count_dead"})
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -310,8 +310,9 @@ class PostgresBackend:
             ((count, _),) = await self._run("requeue_dead", {**params, "ids": list(job_ids)})
         return int(count)
 
-    async def purge_dead(self, queue: str, older_than_s: float | None) -> int:
-        ((count,),) = await self._run("purge_dead", {"queue": queue, "older_than_s": older_than_s})
+    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
+        name = "count_dead" if dry_run else "purge_dead"
+        ((count,),) = await self._run(name, {"queue": queue, "older_than_s": older_than_s})
         return int(count)
 
     @asynccontextmanager

@@ -771,3 +771,13 @@ WITH purged AS (
     RETURNING 1
 )
 SELECT count(*) FROM purged;
+
+-- name: count_dead
+-- D29: purge_dead's dry run: how many rows purge_dead would delete now (same predicate,
+-- same retention-index walk), deleting nothing.
+SELECT count(*) FROM @schema@.dead_jobs
+WHERE queue = %(queue)s::text
+    AND died_at < coalesce(
+        @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
+        'infinity'::timestamptz
+    );
