@@ -1503,7 +1503,7 @@ async def _dead_purge(args: argparse.Namespace) -> int:
             "pass --yes to purge without asking (or --dry-run to only count them)"
         )
     async with _operator_store(args) as store:
-        queues = list(await _dead_counts(store, args.queue))
+        queues = await _queues_with(store, args.queue, dead=True)
         # D29: exactly what a purge now would delete, per queue (the age limit applied).
         doomed = {
             name: await store.queue(name).purge_dead(args.older_than, dry_run=True)
@@ -1528,16 +1528,6 @@ async def _dead_purge(args: argparse.Namespace) -> int:
     if not purged:
         _print(f"{verb} 0 dead jobs")
     return EXIT_OK
-
-
-async def _dead_counts(store: Store, queue: str | None) -> dict[str, int]:
-    """Dead jobs per queue, from one reading: of ``queue`` (even none), else of every
-    queue that has some."""
-    stats = await store.stats(queue)
-    if queue is not None:
-        entry = stats.queue(queue)
-        return {queue: 0 if entry is None else entry.dead}
-    return {entry.queue: entry.dead for entry in stats.queues if entry.dead}
 
 
 def _purge_question(doomed: Mapping[str, int], older_than_s: float | None) -> str:

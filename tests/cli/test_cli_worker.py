@@ -404,8 +404,9 @@ async def frozen_nursery(clock):
             raise
 
 
-async def serve_in(nursery, store, handlers, *, signals, out, **options):
-    """Start ``serve_worker`` in ``nursery``; its exit status lands in the returned list."""
+async def serve_in(nursery, store, handlers, *, signals, out, environ=None, **options):
+    """Start ``serve_worker`` in ``nursery``; its exit status lands in the returned list.
+    ``environ`` is the command's environment (default: empty, so never under systemd)."""
     result: list[int] = []
     status_interval_s = options.pop("status_interval_s", 0)
 
@@ -420,6 +421,7 @@ async def serve_in(nursery, store, handlers, *, signals, out, **options):
                 signals=signals,
                 out=out,
                 force_exit=fake_exit,
+                environ={} if environ is None else environ,
             )
         )
 

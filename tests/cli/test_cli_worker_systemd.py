@@ -17,10 +17,10 @@ import sys
 import pytest
 import trio
 import trio.testing
-from test_cli_worker import already_open, fake_exit, frozen_nursery
+from test_cli_worker import frozen_nursery, serve_in
 
 from alkstore_trio import open_store
-from alkstore_trio._worker_cli import SystemdNotifier, serve_worker
+from alkstore_trio._worker_cli import SystemdNotifier
 from alkstore_trio.testing import TrioClock
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX datagrams")
@@ -53,26 +53,9 @@ async def handler(job):
 
 
 async def serve_notifying(nursery, store, environ, signals, out, **options):
-    result: list[int] = []
-
-    async def serve():
-        result.append(
-            await serve_worker(
-                lambda: already_open(store),
-                {"emails": handler},
-                {"poll_interval_s": 1000.0, "sweep_interval_s": 1000.0},
-                where="memory://",
-                signals=signals,
-                out=out,
-                force_exit=fake_exit,
-                environ=environ,
-                **options,
-            )
-        )
-
-    nursery.start_soon(serve)
-    await trio.testing.wait_all_tasks_blocked()
-    return result
+    return await serve_in(
+        nursery, store, {"emails": handler}, signals=signals, out=out, environ=environ, **options
+    )
 
 
 async def test_r7_systemd_ready_status_then_stopping(mock_clock, systemd):
