@@ -17,6 +17,7 @@ Everything public is re-exported here; nothing else is public.
 
 import logging as _logging
 
+from ._core import Headers as Headers
 from ._core import Job as Job
 from ._core import JobState as JobState
 from ._core import QueueOpts as QueueOpts

@@ -726,6 +726,48 @@ def _payload_file(text: str) -> bytes:
         ) from None
 
 
+def _header(text: str) -> tuple[str, str]:
+    """An argparse ``type`` for ``--header``: ``NAME=VALUE``, split at the first ``=``.
+    The text is not echoed back: a header's value may be a secret."""
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(
+            "expected NAME=VALUE (split at the first '='), e.g. --header tenant=acme"
+        )
+    if not name:
+        raise argparse.ArgumentTypeError(
+            "the header name before '=' is empty; expected NAME=VALUE, e.g. --header tenant=acme"
+        )
+    return name, value
+
+
+class _HeadersAction(argparse.Action):
+    """``--header``, repeatable: collects the headers into one dict (the option's value),
+    refusing a name given twice and whatever ``Queue.enqueue(headers=...)`` would (D30),
+    so a bad header is a usage error with nothing opened."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, tuple)
+        name, value = values
+        headers = dict(getattr(namespace, self.dest) or {})
+        if name in headers:
+            raise argparse.ArgumentError(
+                self, f"header {name!r} is given twice; give each header name once"
+            )
+        headers[name] = value
+        try:
+            v.check_headers(headers)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, headers)
+
+
 def _add_operator_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
 ) -> None:
@@ -806,7 +848,8 @@ def _add_operator_commands(
         title="jobs show",
         help="show one job, live or dead, by id",
         description=(
-            "Show every field of the job with this id, whatever its queue. The payload is "
+            "Show every field of the job with this id, whatever its queue, and its "
+            "headers, one NAME=VALUE a line. The payload is "
             "shown as its size and a safe preview: JSON or text as text (cut after "
             f"{PREVIEW_CHARS} characters), other bytes as hex of the first {PREVIEW_BYTES}. "
             "--payload writes the raw payload bytes to stdout instead, and nothing else."
@@ -923,7 +966,8 @@ def _add_operator_commands(
         help="enqueue one job (payload from --payload-json or --payload-file)",
         description=(
             "Enqueue one job with the default stamps (visibility timeout 300 s, 3 "
-            "attempts, backoff base 5 s) and print its id."
+            "attempts, backoff base 5 s), and the headers given with --header, and print "
+            "its id."
         ),
     )
     enqueue.add_argument("--queue", metavar="Q", type=_queue_name, required=True)
@@ -962,6 +1006,18 @@ def _add_operator_commands(
         type=_int_in(1, v.MAX_ATTEMPTS_MAX),
         default=None,
         help="claims before the job is dead-lettered (default 3)",
+    )
+    enqueue.add_argument(
+        "--header",
+        metavar="NAME=VALUE",
+        dest="headers",
+        action=_HeadersAction,
+        type=_header,
+        default=None,
+        help=(
+            "a header of the job: metadata kept beside the payload (split at the first "
+            "'='); repeat for more (default: none)"
+        ),
     )
 
     cancel = command(
@@ -1297,8 +1353,7 @@ def _preview(payload: bytes) -> tuple[str, str]:
             kind = "json"
         if kind == "json" or all(c.isprintable() or c in "\t\r\n" for c in text):
             flat = " ".join(text.split()) if kind == "json" else text
-            if not flat.isprintable():
-                flat = json.dumps(flat, ensure_ascii=False)[1:-1]  # \n, \t, \u0007 …
+            flat = _escaped(flat)
             cut = flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "…"
             return kind, cut
     head = payload[:PREVIEW_BYTES].hex(" ")
@@ -1316,6 +1371,7 @@ def _job_dict(job: Job) -> dict[str, object]:
     for name, value in out.items():
         if isinstance(value, datetime):
             out[name] = _iso(value)
+    out["headers"] = dict(job.headers)
     out["payload_size"] = len(job.payload)
     out["payload_kind"] = kind
     out["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
@@ -1354,6 +1410,7 @@ async def _jobs_show(args: argparse.Namespace) -> int:
         ("claim_expires_at", _iso(job.claim_expires_at)),
         ("last_error", "-" if job.last_error is None else " ".join(job.last_error.split())),
         ("died_at", _iso(job.died_at)),
+        *(("headers" if i == 0 else "", line) for i, line in enumerate(_header_lines(job))),
         ("payload", f"{len(job.payload)} bytes, {kind}"),
         ("preview", preview or "(empty)"),
     ]
@@ -1361,6 +1418,29 @@ async def _jobs_show(args: argparse.Namespace) -> int:
     for name, value in fields:
         _print(f"{name.ljust(width)}  {value}")
     return EXIT_OK
+
+
+def _header_lines(job: Job) -> list[str]:
+    """``jobs show``'s lines for the headers (D30): ``NAME=VALUE`` each, as ``--header``
+    takes them, in name order; ``-`` for none. Control characters are escaped (one line
+    each), a name that could not be told apart from its value is quoted as JSON, and a
+    value is cut after ``PREVIEW_CHARS`` characters (``--json`` has it whole)."""
+    if not job.headers:
+        return ["-"]
+    lines = []
+    for name, value in job.headers.items():
+        shown = _escaped(name)
+        if "=" in name or shown != name or name != name.strip() or name.startswith('"'):
+            shown = json.dumps(name, ensure_ascii=False)
+        text = _escaped(value)
+        cut = text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+        lines.append(f"{shown}={cut}")
+    return lines
+
+
+def _escaped(text: str) -> str:
+    """``text`` with its control characters escaped as JSON does (``\\n``, ``\\u0007``)."""
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
@@ -1564,6 +1644,7 @@ async def _enqueue(args: argparse.Namespace) -> int:
             priority=args.priority,
             delay_s=args.delay_s,
             max_attempts=args.max_attempts,
+            headers=args.headers,
         )
     _print(str(job_id))
     return EXIT_OK

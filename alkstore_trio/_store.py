@@ -206,6 +206,7 @@ class Store:
         delay_s: object,
         run_at: object,
         max_attempts: object,
+        headers: object,
     ) -> list[EnqueueSpec]:
         return enqueue_specs(
             queue,
@@ -216,6 +217,7 @@ class Store:
             delay_s=delay_s,
             run_at=run_at,
             max_attempts=max_attempts,
+            headers=headers,
         )
 
 
@@ -253,6 +255,7 @@ class Queue:
         delay_s: float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> int:
         """Enqueue one job (Q2) and wake the queue.
 
@@ -264,6 +267,9 @@ class Queue:
                 ``run_at``; a negative delay means now).
             run_at: Run no earlier than this timezone-aware datetime.
             max_attempts: Override the handle's ``max_attempts`` for this job (>= 1).
+            headers: Metadata kept beside the payload for the job's life and shown as
+                :attr:`Job.headers` (D30), e.g. a trace context: at most 64 str names
+                (1-256 characters) to str values, 16 KiB in all, no NUL characters.
 
         Returns:
             The new job's id (ids increase in enqueue order).
@@ -274,7 +280,7 @@ class Queue:
         """
         self._store._check_open()
         specs = self._store._specs(
-            self._name, self._opts, [payload], priority, delay_s, run_at, max_attempts
+            self._name, self._opts, [payload], priority, delay_s, run_at, max_attempts, headers
         )
         (job_id,) = await self._backend.enqueue(specs)
         return job_id
@@ -287,10 +293,12 @@ class Queue:
         delay_s: float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> list[int]:
         """Enqueue many jobs atomically (all or none) with one clock read and one wake.
 
-        Takes the same options as :meth:`enqueue`, applied to every job.
+        Takes the same options as :meth:`enqueue`, applied to every job (each job gets
+        the same ``headers``).
 
         Returns:
             The new ids, in the order of ``payloads`` (empty for no payloads).
@@ -312,7 +320,7 @@ class Queue:
                 f"payloads must be an iterable of bytes; got a {type(payloads).__name__}"
             ) from None
         specs = self._store._specs(
-            self._name, self._opts, items, priority, delay_s, run_at, max_attempts
+            self._name, self._opts, items, priority, delay_s, run_at, max_attempts, headers
         )
         if not specs:
             await trio.lowlevel.checkpoint()
@@ -929,6 +937,7 @@ class Transaction:
         delay_s: float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> int:
         """Enqueue one job inside the transaction; visible (and woken) only at commit.
 
@@ -950,7 +959,9 @@ class Transaction:
             raise HandleConsumed("this transaction already ended; open a new one")
         name = self._store._queue_name(queue)
         opts = queue.opts if isinstance(queue, Queue) else DEFAULT_OPTS
-        specs = self._store._specs(name, opts, [payload], priority, delay_s, run_at, max_attempts)
+        specs = self._store._specs(
+            name, opts, [payload], priority, delay_s, run_at, max_attempts, headers
+        )
         (job_id,) = await self._backend.enqueue(specs)
         return job_id
 

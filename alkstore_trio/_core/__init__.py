@@ -7,7 +7,9 @@ table that the in-memory engine runs. Every engine is checked against the same r
 """
 
 from ._records import DEFAULT_OPTS as DEFAULT_OPTS
+from ._records import NO_HEADERS as NO_HEADERS
 from ._records import EnqueueSpec as EnqueueSpec
+from ._records import Headers as Headers
 from ._records import Job as Job
 from ._records import JobState as JobState
 from ._records import QueueOpts as QueueOpts

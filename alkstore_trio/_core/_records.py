@@ -3,13 +3,14 @@ results (Q9) and the operator's statistics (D22). All frozen; all pure data."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, TypeAlias, final
 
 from . import _validate as v
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
 
 JobState: TypeAlias = Literal["pending", "processing", "dead"]
@@ -62,13 +63,64 @@ class QueueOpts:
 DEFAULT_OPTS = QueueOpts()
 
 
+@final
+class Headers(Mapping[str, str]):
+    """A job's headers (D30): an immutable, hashable ``str -> str`` mapping, iterated in
+    key order (on every engine; the order of the enqueuer's mapping is not kept).
+
+    Headers are metadata the enqueuer attaches beside the payload, such as a trace
+    context (``traceparent``) or a tenant id. Their ``repr`` names the keys only, never
+    the values. Construct one from validated pairs only; the public API validates the
+    ``headers=`` argument of ``enqueue`` (see :func:`alkstore_trio._core._validate.check_headers`).
+    """
+
+    __slots__ = ("_items",)
+
+    _items: dict[str, str]
+
+    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        pairs = items.items() if isinstance(items, Mapping) else items
+        self._items = dict(sorted(pairs))
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return self._items == other._items
+        if isinstance(other, Mapping):
+            return self._items == dict(other.items())
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"<Headers {', '.join(self._items) or '(none)'}>"
+
+
+#: The headers of a job enqueued without any.
+NO_HEADERS: Final = Headers()
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job row as an engine shows it (Q8): a frozen snapshot, never updated in place.
 
     Timestamps are timezone-aware UTC datetimes. ``attempts`` counts claims so far (a
-    claimed job's snapshot shows the post-claim count, its *claim token*). The payload is
-    left out of ``repr`` so that logging a job never leaks it.
+    claimed job's snapshot shows the post-claim count, its *claim token*). The payload and
+    the headers are left out of ``repr`` so that logging a job never leaks them.
+    ``headers`` are the enqueuer's metadata (D30), kept for the job's life like the
+    payload; empty unless the enqueue gave some.
     """
 
     id: int
@@ -88,6 +140,7 @@ class Job:
     claim_expires_at: datetime | None
     last_error: str | None
     died_at: datetime | None
+    headers: Headers = field(default=NO_HEADERS, repr=False)
 
 
 class SweepResult(NamedTuple):
@@ -198,6 +251,7 @@ class EnqueueSpec:
     visibility_timeout_s: float
     backoff_base_s: float
     expires_in_s: float | None
+    headers: Headers = field(default=NO_HEADERS, repr=False)
 
 
 def enqueue_specs(
@@ -210,8 +264,10 @@ def enqueue_specs(
     delay_s: object,
     run_at: object,
     max_attempts: object,
+    headers: object = None,
 ) -> list[EnqueueSpec]:
     """Validate Q2's arguments for one or many payloads; raise before any effect."""
+    checked_headers = NO_HEADERS if headers is None else Headers(v.check_headers(headers))
     checked_priority = v.check_priority(priority)
     checked_delay = None if delay_s is None else v.check_duration("delay_s", delay_s)
     checked_run_at = v.check_optional_run_at(run_at)
@@ -228,6 +284,7 @@ def enqueue_specs(
             visibility_timeout_s=opts.visibility_timeout_s,
             backoff_base_s=opts.backoff_base_s,
             expires_in_s=opts.expires_in_s,
+            headers=checked_headers,
         )
         for payload in payloads
     ]

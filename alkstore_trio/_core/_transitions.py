@@ -78,6 +78,7 @@ def enqueued_job(spec: EnqueueSpec, job_id: int, now: datetime) -> Job:
         claim_expires_at=None,
         last_error=None,
         died_at=None,
+        headers=spec.headers,
     )
 
 

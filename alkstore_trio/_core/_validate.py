@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -31,6 +31,14 @@ DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
 #: Largest worker id and largest error text, in characters.
 WORKER_ID_MAX_CHARS: Final = 200
 ERROR_MAX_CHARS: Final = 65536
+
+#: Most headers on one job (D30).
+HEADERS_MAX_COUNT: Final = 64
+#: Longest header name, in characters (D30).
+HEADER_NAME_MAX_CHARS: Final = 256
+#: Most bytes of all header names and values together, UTF-8 encoded (D30): room for a
+#: W3C trace context with an 8 KiB ``baggage`` and more.
+HEADERS_MAX_BYTES: Final = 16384
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
 RESERVED_PREFIX: Final = "alk_"
@@ -227,6 +235,54 @@ def _check_storable(param: str, value: str, *, max_chars: int) -> str:
             f"{param} must be valid Unicode text (no lone surrogates); got {_show(value)}"
         ) from None
     return value
+
+
+def check_headers(value: object) -> list[tuple[str, str]]:
+    """D30: a mapping of at most 64 str names (non-empty, at most 256 characters) to str
+    values (empty allowed), each storable on every engine, together at most 16 KiB of
+    UTF-8. Returns the pairs; the message never shows a header's value."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(
+            f"headers must be a mapping of str to str (e.g. a dict) or None; got a "
+            f"{type(value).__name__}"
+        )
+    try:
+        pairs = [(name, text) for name, text in value.items()]
+    except Exception as exc:
+        raise InvalidArgument(
+            f"headers could not be read as a mapping ({type(exc).__name__})"
+        ) from None
+    if len(pairs) > HEADERS_MAX_COUNT:
+        raise InvalidArgument(
+            f"headers must have at most {HEADERS_MAX_COUNT} entries; got {len(pairs)}"
+        )
+    total = 0
+    for name, text in pairs:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"a header name must be a non-empty str; got {_show(name)}")
+        _check_storable("a header name", name, max_chars=HEADER_NAME_MAX_CHARS)
+        if not isinstance(text, str):
+            raise InvalidArgument(
+                f"header {_show(name)} must have a str value; got a {type(text).__name__}"
+            )
+        _check_storable_quietly(f"header {_show(name)}", text)
+        total += len(name.encode("utf-8")) + len(text.encode("utf-8"))
+    if total > HEADERS_MAX_BYTES:
+        raise InvalidArgument(
+            f"headers must be at most {HEADERS_MAX_BYTES} bytes of names and values "
+            f"(UTF-8); got {total} bytes"
+        )
+    return pairs
+
+
+def _check_storable_quietly(param: str, value: str) -> None:
+    """:func:`_check_storable` for a value that must not appear in the message."""
+    if "\x00" in value:
+        raise InvalidArgument(f"{param} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{param} must be valid Unicode text (no lone surrogates)") from None
 
 
 def check_worker_id(value: object) -> str:

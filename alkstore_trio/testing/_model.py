@@ -27,10 +27,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from .._core import Job, JobState, QueueOpts, QueueStats, StoreStats, SweepResult
+from .._core import Headers, Job, JobState, QueueOpts, QueueStats, StoreStats, SweepResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["ModelTransaction", "ReferenceModel", "model_backoff_delay_s"]
 
@@ -86,6 +86,7 @@ class _PendingInsert:
     delay_s: float | None
     run_at: datetime | None
     max_attempts: int | None
+    headers: Mapping[str, str] | None
 
 
 @dataclass
@@ -111,6 +112,7 @@ class ModelTransaction:
         delay_s: float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> int:
         """Reserve an id and buffer one row, as ``tx.enqueue`` does.
 
@@ -123,6 +125,7 @@ class ModelTransaction:
             delay_s: As Q2.
             run_at: As Q2.
             max_attempts: As Q2.
+            headers: As D30 (``None`` for none).
 
         Returns:
             The reserved job id.
@@ -140,6 +143,7 @@ class ModelTransaction:
                 delay_s=delay_s,
                 run_at=run_at,
                 max_attempts=max_attempts,
+                headers=headers,
             )
         )
         return job_id
@@ -159,6 +163,7 @@ class ModelTransaction:
                 delay_s=row.delay_s,
                 run_at=row.run_at,
                 max_attempts=row.max_attempts,
+                headers=row.headers,
                 now=now,
             )
         return [row.job_id for row in self._rows]
@@ -278,6 +283,7 @@ class ReferenceModel:
         delay_s: float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
         now: datetime,
     ) -> int:
         """Q2: one new pending row stamped with ``opts``; returns its id.
@@ -290,6 +296,7 @@ class ReferenceModel:
             delay_s: Run at ``now + delay_s`` (wins over ``run_at``).
             run_at: Run at this time.
             max_attempts: The per-job override of ``opts.max_attempts``.
+            headers: The job's headers (D30); ``None`` for none.
             now: The operation's clock read.
         """
         (job_id,) = self.enqueue_many(
@@ -300,6 +307,7 @@ class ReferenceModel:
             delay_s=delay_s,
             run_at=run_at,
             max_attempts=max_attempts,
+            headers=headers,
             now=now,
         )
         return job_id
@@ -314,6 +322,7 @@ class ReferenceModel:
         delay_s: float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
         now: datetime,
     ) -> list[int]:
         """Q2: many rows with one ``now``, ids in payload order (``[]`` for none).
@@ -332,6 +341,7 @@ class ReferenceModel:
                 delay_s=delay_s,
                 run_at=run_at,
                 max_attempts=max_attempts,
+                headers=headers,
                 now=now,
             )
             ids.append(job_id)
@@ -636,6 +646,7 @@ class ReferenceModel:
         delay_s: float | None,
         run_at: datetime | None,
         max_attempts: int | None,
+        headers: Mapping[str, str] | None,
         now: datetime,
     ) -> None:
         if delay_s is not None:
@@ -664,6 +675,7 @@ class ReferenceModel:
             claim_expires_at=None,
             last_error=None,
             died_at=None,
+            headers=Headers(headers or {}),
         )
 
     def _live(self, queue: str) -> list[Job]:

@@ -39,7 +39,7 @@ import hypothesis.strategies as st
 import trio
 from hypothesis import HealthCheck, event, given, note, settings
 
-from .._core import Job, JobState, QueueOpts
+from .._core import Headers, Job, JobState, QueueOpts
 from .._errors import HandleConsumed
 from ._model import ModelTransaction, ReferenceModel
 
@@ -110,6 +110,14 @@ class _Step:
         return f"{type(self).__name__}({', '.join(shown)})"
 
 
+#: A step's headers as pairs (steps stay hashable); ``None`` passes no ``headers=``.
+_HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
+
+
+def _headers(pairs: _HeaderPairs | None) -> dict[str, str] | None:
+    return None if pairs is None else dict(pairs)
+
+
 @dataclass(frozen=True, repr=False)
 class Enqueue(_Step):
     """``queue.enqueue``; the payload is passed as a ``payload_as``; ``run_at_in_s`` is
@@ -123,6 +131,7 @@ class Enqueue(_Step):
     run_at_in_s: float | None = None
     run_at_tz: int = 0
     max_attempts: int | None = None
+    headers: _HeaderPairs | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -134,6 +143,7 @@ class EnqueueMany(_Step):
     priority: int = 0
     delay_s: float | None = None
     max_attempts: int | None = None
+    headers: _HeaderPairs | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -316,6 +326,7 @@ class TxItem(_Step):
     priority: int = 0
     delay_s: float | None = None
     max_attempts: int | None = None
+    headers: _HeaderPairs | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -348,6 +359,9 @@ _PRIORITIES = st.sampled_from((0, 1, -1, 7))
 _DELAYS = st.sampled_from((None, 0.0, 2.0, 7.5, -3.0, 40.0))
 _RUN_AT_IN = st.sampled_from((None, 0.0, -5.0, 3.0, 12.0))
 _OVERRIDES = st.sampled_from((None, 1, 2, 4))
+_HEADERS: st.SearchStrategy[_HeaderPairs | None] = st.sampled_from(
+    (None, (), (("traceparent", "00-0af7-b7ad-01"),), (("b", ""), ("a", "ü"), ("ab", "{}")))
+)
 _WORKER_IDS = st.sampled_from(_WORKERS)
 _BATCH_SIZES = st.sampled_from((None, 1, 2, 3, 0, -1))
 _CLAIM_SIZES = st.sampled_from((1, 2, 3, 0, -1))
@@ -435,6 +449,7 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
             run_at_in_s=draw(_RUN_AT_IN),
             run_at_tz=draw(st.integers(0, len(_RUN_AT_TIMEZONES) - 1)),
             max_attempts=draw(_OVERRIDES),
+            headers=draw(_HEADERS),
         )
     if kind == "claim":
         return Claim(queue, worker=draw(_WORKER_IDS), n=draw(_BATCH_SIZES))
@@ -491,6 +506,7 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
             priority=draw(_PRIORITIES),
             delay_s=draw(_DELAYS),
             max_attempts=draw(_OVERRIDES),
+            headers=draw(_HEADERS),
         )
     # Ids of processing (for ack_batch) or live (for cancel) rows come first, so that
     # effective acks and cancels are common; then every id ever issued (lapsed, dead,
@@ -531,6 +547,7 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
             priority=draw(_PRIORITIES),
             delay_s=draw(_DELAYS),
             max_attempts=draw(_OVERRIDES),
+            headers=draw(_HEADERS),
         )
         for _ in range(draw(_TX_SIZES))
     )
@@ -562,7 +579,14 @@ class Disagreement(AssertionError):
 
 def _agree(what: str, engine: object, model: object) -> None:
     if engine != model:
-        raise Disagreement(f"{what}:\n  engine: {engine!r}\n  model:  {model!r}")
+        differ = ""
+        if isinstance(engine, Job) and isinstance(model, Job):
+            # The repr leaves out the payload and the headers: name what differs.
+            names = [
+                f.name for f in fields(Job) if getattr(engine, f.name) != getattr(model, f.name)
+            ]
+            differ = f"\n  fields that differ: {', '.join(names)}"
+        raise Disagreement(f"{what}:\n  engine: {engine!r}\n  model:  {model!r}{differ}")
 
 
 _TIMESTAMP_FIELDS = (
@@ -582,6 +606,8 @@ def _check_shape(what: str, job: Job | None) -> None:
         return
     if type(job.payload) is not bytes:
         raise Disagreement(f"{what}: the payload is a {type(job.payload).__name__} (Q2, Q8)")
+    if type(job.headers) is not Headers or list(job.headers) != sorted(job.headers):
+        raise Disagreement(f"{what}: the headers are not Headers in key order (D30)")
     for name in _TIMESTAMP_FIELDS:
         value = getattr(job, name)
         if value is not None and (value.tzinfo is None or value.utcoffset() != timedelta(0)):
@@ -665,6 +691,7 @@ class _Run:
                 delay_s=step.delay_s,
                 run_at=run_at,
                 max_attempts=step.max_attempts,
+                headers=_headers(step.headers),
             )
             want = model.enqueue(
                 queue.name,
@@ -674,6 +701,7 @@ class _Run:
                 delay_s=step.delay_s,
                 run_at=run_at,
                 max_attempts=step.max_attempts,
+                headers=_headers(step.headers),
                 now=now,
             )
             _agree(f"{step}: id", got, want)
@@ -685,6 +713,7 @@ class _Run:
                 priority=step.priority,
                 delay_s=step.delay_s,
                 max_attempts=step.max_attempts,
+                headers=_headers(step.headers),
             )
             want_ids = model.enqueue_many(
                 queue.name,
@@ -693,6 +722,7 @@ class _Run:
                 priority=step.priority,
                 delay_s=step.delay_s,
                 max_attempts=step.max_attempts,
+                headers=_headers(step.headers),
                 now=now,
             )
             _agree(f"{step}: ids", got_ids, want_ids)
@@ -929,6 +959,7 @@ class _Run:
                         priority=item.priority,
                         delay_s=item.delay_s,
                         max_attempts=item.max_attempts,
+                        headers=_headers(item.headers),
                     )
                     want = self._model_tx_enqueue(mtx, queue, item)
                     _agree(f"{step}: {item}: id", got, want)
@@ -963,6 +994,7 @@ class _Run:
             priority=item.priority,
             delay_s=item.delay_s,
             max_attempts=item.max_attempts,
+            headers=_headers(item.headers),
         )
 
     # -- agreement on every row --------------------------------------------------------

@@ -335,6 +335,7 @@ class RawSql:
             "visibility_timeout_s": 3600.0,
             "backoff_base_s": 5.0,
             "expires_in_s": None,
+            "headers": "{}",
             "channel": self.channel,
         }
 

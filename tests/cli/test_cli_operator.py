@@ -7,6 +7,9 @@ through the library in their own ``trio.run``; ``main`` runs its own.
 Issue 6 (second round): ``--json`` for ``dead requeue``, ``dead purge`` and ``sweep``,
 and the confirmation of ``dead purge`` — on a stand-in terminal in-process, and once on
 a real pseudo-terminal in a subprocess.
+
+D30: ``enqueue --header NAME=VALUE`` (a bad one is a usage error before anything is
+opened), and the headers shown by ``jobs show`` and exported by the ``--json`` lists.
 """
 
 from __future__ import annotations
@@ -502,3 +505,132 @@ def test_issue6_dead_purge_interrupted_at_its_question_deletes_nothing(cli, on_s
     assert (status, out) == (EXIT_INTERRUPTED, "")
     assert err == "Purge 1 dead job of queue 'p' for good? [y/N] \nalkstore-trio: interrupted\n"
     assert _states(on_store, [job_id]) == ["dead"]
+
+
+# -- D30: headers ----------------------------------------------------------------------
+
+
+def test_d30_enqueue_header_options_become_the_jobs_headers(cli, on_store):
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    status, out, err = cli(
+        "enqueue", "--queue", "mail", "--payload-json", "{}",
+        "--header", "tenant=acme", "--header", f"traceparent={traceparent}",
+        "--header", "query=a=1&b=2", "--header", "empty=",
+    )  # fmt: skip
+    assert (status, err) == (EXIT_OK, "")
+    with_headers = int(out)
+    status, out, _ = cli("enqueue", "--queue", "mail", "--payload-json", "{}")
+    without = int(out)
+    jobs = on_store(lambda store: _jobs(store, [with_headers, without]))
+    assert dict(jobs[0].headers) == {
+        "tenant": "acme",
+        "traceparent": traceparent,
+        "query": "a=1&b=2",  # split at the first '='
+        "empty": "",
+    }
+    assert jobs[0].payload == b"{}"  # the payload is untouched
+    assert dict(jobs[1].headers) == {}
+
+
+async def _jobs(store: Store, ids: list[int]) -> list[Any]:
+    return [await store.get_job(job_id) for job_id in ids]
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        (["no-equals-s3cret"], "expected NAME=VALUE (split at the first '='), e.g. --header"),
+        (["=s3cret"], "the header name before '=' is empty; expected NAME=VALUE"),
+        (["a=1", "b=2", "a=s3cret"], "header 'a' is given twice; give each header name once"),
+        (["n" * 257 + "=s3cret"], "a header name must be at most 256 characters"),
+        ([f"h{i}=s3cret" for i in range(65)], "headers must have at most 64 entries; got 65"),
+        (["big=" + "s3cret" * 3000], "headers must be at most 16384 bytes"),
+        (["bad=s3cret\udcff"], "header 'bad' must be valid Unicode text (no lone surrogates)"),
+    ],
+)
+def test_d30_a_bad_header_is_a_usage_error_before_anything_is_opened(
+    headers, message, monkeypatch, capsys
+):
+    # No server answers at this DSN: the usage error comes first, and nothing is enqueued.
+    monkeypatch.setenv("ALKSTORE_DSN", "postgresql://nobody@127.0.0.1:1/none")
+    argv = ["enqueue", "--queue", "q", "--payload-json", "1"]
+    for header in headers:
+        argv += ["--header", header]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    *usage, error = err.splitlines()  # argparse's usage (wrapped), then one line
+    assert usage[0].startswith("usage: alkstore-trio enqueue")
+    assert error.startswith("alkstore-trio enqueue: error: argument --header: " + message)
+    assert "s3cret" not in err  # a header's value is never echoed
+
+
+def test_d30_jobs_show_prints_the_headers_text_and_json(cli, on_store):
+    long_value = "x" * 500
+    headers = {
+        "tenant": "acme",
+        "note": "two\nlines\x07",
+        "a=b": "name with an equals sign",
+        "long": long_value,
+    }
+
+    async def seed(store: Store) -> tuple[int, int]:
+        queue = store.queue("show")
+        return await queue.enqueue(b'{"to": "ada"}', headers=headers), await queue.enqueue(b"x")
+
+    with_headers, without = on_store(seed)
+    status, out, _ = cli("jobs", "show", str(with_headers))
+    assert status == EXIT_OK
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("headers "))
+    shown = [line[len("headers") :].strip() for line in lines[first : first + 4]]
+    assert shown == [
+        '"a=b"=name with an equals sign',  # quoted: NAME=VALUE stays readable
+        "long=" + "x" * 400 + "…",  # cut like the preview; --json has it whole
+        "note=two\\nlines\\u0007",  # escaped: one line, no raw control character
+        "tenant=acme",
+    ]  # in name order, one a line, the continuation lines aligned under the first
+    assert all(line.startswith(" " * len("headers")) for line in lines[first + 1 : first + 4])
+    assert lines[first + 4].startswith("payload ")
+    assert "\x07" not in out
+    status, out, _ = cli("jobs", "show", str(with_headers), "--json")
+    data = json.loads(out)
+    assert data["headers"] == headers
+    assert list(data["headers"]) == sorted(headers)
+    status, out, _ = cli("jobs", "show", str(without))
+    assert "headers               -" in out.splitlines()
+    status, out, _ = cli("jobs", "show", str(without), "--json")
+    assert json.loads(out)["headers"] == {}
+
+
+def test_d30_jobs_list_and_dead_list_export_the_headers_in_json(cli, on_store):
+    async def seed(store: Store) -> tuple[int, int]:
+        queue = store.queue("h")
+        live = await queue.enqueue(b"live", headers={"tenant": "acme"})
+        dead = await queue.enqueue(b"dead", headers={"tenant": "globex", "try": "1"})
+        for _ in range(2):
+            handle = await queue.claim_one("w")
+            assert handle is not None
+            if handle.id == dead:
+                assert await handle.fail("boom")
+            else:
+                assert await handle.retry("later", delay_s=3600)
+        return live, dead
+
+    live, dead = on_store(seed)
+    status, out, _ = cli("jobs", "list", "--queue", "h", "--state", "pending", "--json")
+    assert [(row["id"], row["headers"]) for row in map(json.loads, out.splitlines())] == [
+        (live, {"tenant": "acme"})
+    ]
+    status, out, _ = cli("dead", "list", "--json")
+    assert [(row["id"], row["headers"]) for row in map(json.loads, out.splitlines())] == [
+        (dead, {"tenant": "globex", "try": "1"})
+    ]
+    # The text tables are summaries: no header values there.
+    for args in (["jobs", "list", "--queue", "h", "--state", "pending"], ["dead", "list"]):
+        status, out, _ = cli(*args)
+        assert status == EXIT_OK
+        assert "acme" not in out
+        assert "globex" not in out

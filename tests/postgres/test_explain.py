@@ -179,6 +179,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": 3600.0,
+                    "headers": '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-01"}',
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                 },
             )
@@ -196,6 +197,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": None,
+                    "headers": "{}",
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                 },
             )
@@ -516,11 +518,83 @@ def split_ctes(query: str) -> tuple[dict[str, str], str]:
             return ctes, text[i:].strip()
 
 
+def split_columns(select_list: str) -> list[str]:
+    """A select list's items (split at the commas outside parentheses)."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(select_list):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(select_list[start:i].strip())
+            start = i + 1
+    items.append(select_list[start:].strip())
+    return items
+
+
+#: The statements that return jobs (parsed by ``_backend._job``), and how many lists of
+#: job columns each has (a live and a dead half for the lookups by id).
+JOB_QUERIES = {
+    "claim": 1,
+    "ack_claims_and_claim": 1,
+    "get_job": 2,
+    "find_job": 2,
+    "list_live": 1,
+    "list_dead": 1,
+}
+#: The Job fields as those statements return them: the columns of ``jobs`` up to
+#: ``last_error``, the headers (NULL when empty), ``died_at``.
+JOB_COLUMNS = [
+    "id", "queue", "payload", "priority", "state", "attempts", "max_attempts", "run_at",
+    "enqueued_at", "visibility_timeout_s", "backoff_base_s", "expires_at", "claimed_by",
+    "claimed_at", "claim_expires_at", "last_error", "nullif(headers, '{}'::jsonb)", "died_at",
+]  # fmt: skip
+
+
+def _select_lists(query: str) -> list[list[str]]:
+    """Every select or RETURNING list in ``query``: from the keyword to a ``FROM`` outside
+    parentheses, the closing parenthesis of its CTE, or the end."""
+    text = " ".join(query.split())
+    lists = []
+    for match in re.finditer(r"\b(?:SELECT|RETURNING) ", text):
+        depth, end = 0, len(text)
+        for i in range(match.end(), len(text)):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            if depth < 0 or (depth == 0 and text.startswith(" FROM ", i)):
+                end = i
+                break
+        lists.append(split_columns(text[match.end() : end]))
+    return lists
+
+
+def _bare(column: str) -> str:
+    column = re.sub(r"\bj\.", "", column)
+    column = re.sub(r" AS \w+$", "", column)
+    if column in ("'dead'",):
+        return "state"
+    if column.startswith("NULL::timestamptz"):
+        return "died_at"
+    return column
+
+
+@pytest.mark.parametrize("name", sorted(JOB_QUERIES))
+def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_order(name: str):
+    # _backend._job reads rows by position, and takes a NULL headers column for "no
+    # headers" without parsing JSON: each of these statements lists the same columns,
+    # in the same order, with the headers as nullif(headers, '{}').
+    lists = [
+        columns
+        for columns in _select_lists(_sql.queries("alkstore")[name])
+        if columns[0].endswith("id") and _bare(columns[-1]) == "died_at"
+    ]
+    assert len(lists) == JOB_QUERIES[name], (name, lists)
+    for columns in lists:
+        assert [_bare(c) for c in columns] == JOB_COLUMNS, (name, columns)
+
+
 def test_r2_ack_claims_and_claim_is_ack_claims_then_claim_verbatim():
     # D21: the fused statement is the two blocks glued, not a rewrite: its acked CTE is
-    # ack_claims' DELETE, and its claim part is the claim block's CTEs and UPDATE. D27:
-    # its one counter upsert adds both statements' counts (a statement may update the
-    # counter row only once).
+    # ack_claims' DELETE, and its claim part is the claim block's CTEs and UPDATE (with
+    # the claim's RETURNING list, D30's headers included). D27: its one counter upsert
+    # adds both statements' counts (a statement may update the counter row only once).
     queries = _sql.queries("alkstore")
     fused, fused_main = split_ctes(queries["ack_claims_and_claim"])
     ack, _ = split_ctes(queries["ack_claims"])
@@ -531,9 +605,15 @@ def test_r2_ack_claims_and_claim_is_ack_claims_then_claim_verbatim():
     assert fused["acked"] == ack["acked"]
     for name in ("spent", "swept", "buried", "ready", "lapsed", "picked"):
         assert fused[name] == claim[name], name
-    claim_update = claim_main.rsplit(" RETURNING ", 1)[0]
-    assert fused["claimed"] == f"{claim_update} RETURNING j.*"
-    assert fused_main.startswith("SELECT acked.id, ")
+    assert fused["claimed"] == claim_main
+    returned = split_columns(claim_main.rsplit(" RETURNING ", 1)[1])
+    assert returned[-2:] == ["nullif(j.headers, '{}'::jsonb)", "NULL::timestamptz"]
+    # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
+    # shape a migration changes).
+    nulls = ", ".join(["NULL"] * len(returned))
+    assert fused_main == (
+        f"SELECT acked.id, {nulls} FROM acked UNION ALL SELECT NULL, claimed.* FROM claimed"
+    )
     assert (
         "FROM (SELECT count(*) AS n FROM acked) AS a, (SELECT count(*) AS n FROM swept)"
         in (fused["counted"])

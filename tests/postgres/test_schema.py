@@ -5,6 +5,9 @@
   indexes, functions, sequences, triggers, comments, the version row) is compared.
 - ``open_store`` refuses a missing, older or newer schema with a :class:`SchemaError`
   that names the fix and never a password; ``migrate="apply"`` creates a missing one.
+- A version-2 schema with jobs migrates to version 3 (D30: headers) without a table
+  rewrite; its jobs have no headers. A column added to a job table later changes no
+  statement's result, even on a connection that prepared the statements before.
 - Concurrent migrations of one fresh schema (each on its own connection) serialize on
   the advisory lock: every one succeeds, the migrations run once.
 """
@@ -24,6 +27,7 @@ import trio
 
 import alkstore_trio
 from alkstore_trio import SchemaError
+from alkstore_trio._core import NO_HEADERS
 from alkstore_trio._engines._postgres import _driver, _schema, _sql
 
 LATEST = _sql.latest_version()
@@ -221,8 +225,12 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
     assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 16
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 16
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 17
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 17
+    # D30: the headers, last in both tables, a jsonb object that defaults to '{}'.
+    for table in ("jobs", "dead_jobs"):
+        last = [row for row in from_migrations["columns"] if row[0] == table][-1]
+        assert last[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), last
     # D27: the counter table, with room on its pages for heap-only updates.
     counters = next(row for row in from_migrations["relations"] if row[0] == "queue_counters")
     assert counters[1] == "r"
@@ -302,6 +310,139 @@ async def test_d27_a_version_1_schema_with_jobs_is_refused_then_migrates_to_coun
         (after,) = (await store.stats("old")).queues
         assert (after.acked_total, after.dead_lettered_total, after.cancelled_total) == (1, 0, 1)
         assert (after.live, after.dead) == (1, 1)
+
+
+# -- upgrading a version-2 schema (D30) ----------------------------------------------
+
+
+async def create_at_version(conn: _driver.Connection, schema: str, version: int) -> None:
+    """The schema as release ``version`` of the library left it: its migrations only."""
+    async with conn.transaction():
+        for _, sql in _schema.pending_sql(schema, None)[:version]:
+            await conn.executescript(sql)
+        await conn.execute(
+            f"INSERT INTO {_sql.quote_ident(schema)}.alk_schema_version (version) VALUES (%s)",
+            [version],
+        )
+
+
+async def relfilenodes(conn: _driver.Connection, schema: str) -> dict[str, int]:
+    """The storage file of each job table: a table rewrite gives it a new one."""
+    rows = await conn.execute(
+        "SELECT c.relname, c.relfilenode FROM pg_catalog.pg_class AS c "
+        "JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname IN ('jobs', 'dead_jobs')",
+        [schema],
+    )
+    return {name: int(node) for name, node in rows}
+
+
+async def test_d30_a_version_2_schema_with_jobs_migrates_to_headers_without_a_rewrite(
+    pg_dsn, admin, schemas
+):
+    # A schema as version 2 left it, with pending, processing and dead rows: opening it
+    # says to migrate; the migration only adds the columns (no table rewrite: each table
+    # keeps its storage file), every existing row then has no headers ('{}'), and the
+    # store reads, claims, dead-letters and redrives them as jobs without headers.
+    schema = new_schema_name("v2")
+    schemas.append(schema)
+    await create_at_version(admin, schema, 2)
+    quoted = _sql.quote_ident(schema)
+    await admin.execute(
+        f"INSERT INTO {quoted}.jobs (queue, payload, priority, state, attempts, max_attempts, "
+        "run_at, enqueued_at, visibility_timeout_s, backoff_base_s, claimed_by, claimed_at, "
+        "claim_expires_at) "
+        "SELECT 'old', '\\x00', 0, CASE WHEN g = 3 THEN 'processing' ELSE 'pending' END, "
+        "CASE WHEN g = 3 THEN 1 ELSE 0 END, 3, now(), now(), 300, 5, "
+        "CASE WHEN g = 3 THEN 'w' END, CASE WHEN g = 3 THEN now() END, "
+        "CASE WHEN g = 3 THEN now() + interval '1 hour' END "
+        "FROM generate_series(1, 3) AS g"
+    )
+    await admin.execute(
+        f"INSERT INTO {quoted}.dead_jobs (id, queue, payload, priority, attempts, max_attempts, "
+        "run_at, enqueued_at, visibility_timeout_s, backoff_base_s, last_error, died_at) "
+        "VALUES (100, 'old', '\\x01', 0, 3, 3, now(), now(), 300, 5, 'boom', now())"
+    )
+    files = await relfilenodes(admin, schema)
+    exc = await open_and_expect_schema_error(pg_dsn, schema)
+    assert f"is at version 2, this library needs {LATEST}" in str(exc)
+
+    assert await _schema.migrate(admin, schema) == (2, LATEST)
+    assert await relfilenodes(admin, schema) == files, "the migration rewrote a job table"
+    for table, count in (("jobs", 3), ("dead_jobs", 1)):
+        ((empty,),) = await admin.execute(
+            f"SELECT count(*) FROM {quoted}.{table} WHERE headers = '{{}}'::jsonb"
+        )
+        assert empty == count, table
+
+    async with alkstore_trio.open_store(pg_dsn, schema=schema) as store:
+        old = store.queue("old")
+        pending = await old.list_jobs("pending")
+        (processing,) = await old.list_jobs("processing")
+        (dead,) = await old.list_jobs("dead")
+        assert len(pending) == 2
+        for job in [*pending, processing, dead]:
+            assert job.headers is NO_HEADERS
+        handle = await old.claim_one("w2")
+        assert handle is not None
+        assert handle.job.headers is NO_HEADERS
+        assert await handle.fail("later")
+        assert await old.requeue_dead(all=True) == 2
+        assert {job.headers for job in await old.list_jobs("pending")} == {NO_HEADERS}
+        # New jobs beside the old ones carry their headers.
+        job_id = await old.enqueue(b"new", headers={"traceparent": "00-ab-cd-01"})
+        job = await old.get_job(job_id)
+        assert job is not None
+        assert job.headers == {"traceparent": "00-ab-cd-01"}
+
+
+async def test_schema_a_column_added_to_the_job_tables_changes_no_statement_result(
+    pg_dsn, admin, schemas
+):
+    # A later migration that adds a column to jobs or dead_jobs must not break the
+    # processes of this release that keep running through it. Version 3's headers
+    # column broke version 2's workers this way: their ack_handles_and_claim returned
+    # jobs.*, whose result grew a column ("cached plan must not change result type" on a
+    # connection that had prepared it, a misread row on one that had not). Every
+    # statement now names its result columns: after the ALTERs, the same connection
+    # (with its prepared statements) runs every kind of statement again unchanged.
+    schema = new_schema_name("grow")
+    schemas.append(schema)
+    headers = {"tenant": "acme"}
+
+    async def one_round(store: alkstore_trio.Store) -> None:
+        queue = store.queue("grow", alkstore_trio.QueueOpts(max_attempts=1))
+        await queue.enqueue(b"a", headers=headers)
+        await queue.enqueue_many([b"b", b"c"], headers=headers)
+        first = await queue.claim_batch("w", 2)
+        acked, claimed = await queue.ack_handles_and_claim(first, "w", 2)
+        assert acked == [True, True]
+        assert [h.job.headers for h in claimed] == [headers]
+        assert (await queue.get_job(claimed[0].id)).headers == headers  # type: ignore[union-attr]
+        assert (await store.get_job(claimed[0].id)).headers == headers  # type: ignore[union-attr]
+        assert [j.headers for j in await queue.list_jobs("processing")] == [headers]
+        assert await queue.fail_handles([(claimed[0], "no")]) == [True]
+        (dead,) = await queue.list_jobs("dead")
+        assert dead.headers == headers
+        assert await queue.requeue_dead([dead.id]) == 1
+        (again,) = await queue.claim_batch("w", 5)
+        assert again.job.headers == headers
+        assert await again.fail()
+        assert await queue.requeue_dead(all=True) == 1
+        (last,) = await queue.claim_batch("w", 5)
+        assert await last.ack()
+        assert (await store.stats("grow")).queues[0].live == 0
+
+    async with alkstore_trio.open_store(
+        pg_dsn, schema=schema, migrate="apply", pool_size=1
+    ) as store:
+        await one_round(store)
+        await one_round(store)  # now prepared on the server (from the second use)
+        for table in ("jobs", "dead_jobs"):
+            await admin.execute(
+                f"ALTER TABLE {_sql.quote_ident(schema)}.{table} ADD COLUMN later text"
+            )
+        await one_round(store)
 
 
 # -- open_store checks the version (Q12) ---------------------------------------------

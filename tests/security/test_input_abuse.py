@@ -192,6 +192,109 @@ async def test_q2_a_payload_of_exactly_the_limit_is_accepted_one_byte_more_is_no
     figures.record(engine=engine.name, valid_inputs=1, invalid_inputs=2)
 
 
+# --- headers (D30) -------------------------------------------------------------------------
+
+#: Header names and values a valid enqueue may carry: any storable text, within the limits.
+storable_text = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
+valid_headers = st.dictionaries(
+    storable_text.filter(bool),
+    storable_text | st.sampled_from(["", "'\";--\\", '{"a": 1}']),
+    max_size=8,
+)
+HOSTILE_HEADERS = [
+    [("k", "v")],
+    "k=v",
+    b"k=v",
+    {"": "v"},
+    {"k": None},
+    {"k": b"v"},
+    {"k": 1},
+    {1: "v"},
+    {("k",): "v"},
+    {"k\x00": "v"},
+    {"k": "v\x00"},
+    {"\ud800": "v"},
+    {"k": "\udfff"},
+    {"n" * (v.HEADER_NAME_MAX_CHARS + 1): "v"},
+    {f"h{i}": "" for i in range(v.HEADERS_MAX_COUNT + 1)},
+    {"k": "x" * v.HEADERS_MAX_BYTES},
+    {"k": "é" * (v.HEADERS_MAX_BYTES // 2)},
+]
+
+
+async def test_d30_valid_headers_round_trip_exactly_and_invalid_ones_leave_no_trace(
+    engine, hypothesize, figures
+):
+    queue = engine.store.queue("abuse")
+    last_id = await queue.enqueue(b"first")
+    rows = await engine.count_rows()
+    stored: dict[int, dict[str, str]] = {}
+
+    @EXAMPLES
+    @given(headers=valid_headers)
+    def valid(headers):
+        job_id = trio.from_thread.run(lambda: queue.enqueue(b"h", headers=headers))
+        stored[job_id] = headers
+
+    @EXAMPLES
+    @given(headers=st.sampled_from(HOSTILE_HEADERS), many=st.booleans())
+    def invalid(headers, many):
+        if many:
+            action = lambda: trio.from_thread.run(  # noqa: E731
+                lambda: queue.enqueue_many([b"a", b"b"], headers=headers)
+            )
+        else:
+            action = lambda: trio.from_thread.run(  # noqa: E731
+                lambda: queue.enqueue(b"a", headers=headers)
+            )
+        message = rejected(engine, action)
+        assert "header" in message
+        assert "xxxxxxxx" not in message  # values are never echoed
+        assert "éééé" not in message
+
+    n_valid = await hypothesize(valid)
+    for job_id, headers in stored.items():
+        job = await queue.get_job(job_id)
+        assert job is not None
+        assert dict(job.headers) == headers
+        assert list(job.headers) == sorted(headers)
+    last_id = max(stored)
+    rows += len(stored)
+    n_invalid = await hypothesize(invalid)
+    await assert_no_trace(engine, queue, rows, last_id)
+    figures.record(engine=engine.name, valid_inputs=n_valid, invalid_inputs=n_invalid)
+
+
+async def test_d30_headers_of_exactly_the_limits_are_accepted_one_more_is_not(engine, figures):
+    queue = engine.store.queue("abuse")
+    names = {f"h{i:02}": "" for i in range(v.HEADERS_MAX_COUNT - 1)}
+    names["n" * v.HEADER_NAME_MAX_CHARS] = ""
+    used = sum(len(name) for name in names)
+    left = v.HEADERS_MAX_BYTES - used
+    at_limit = {**names, "n" * v.HEADER_NAME_MAX_CHARS: "é" * (left // 2) + "x" * (left % 2)}
+    assert sum(len(k.encode()) + len(x.encode()) for k, x in at_limit.items()) == (
+        v.HEADERS_MAX_BYTES
+    )
+    job_id = await queue.enqueue(b"x", headers=at_limit)
+    (handle,) = await queue.claim_batch("w", 1)
+    assert handle.id == job_id
+    assert handle.job.headers == at_limit
+    assert await handle.ack()
+    rows = await engine.count_rows()
+    before = engine.backend.total
+    one_byte_more = {**at_limit, "h00": "x"}
+    with pytest.raises(InvalidArgument, match=f"at most {v.HEADERS_MAX_BYTES} bytes"):
+        await queue.enqueue(b"x", headers=one_byte_more)
+    one_more = {**at_limit, "extra": ""}
+    with pytest.raises(InvalidArgument, match=f"at most {v.HEADERS_MAX_COUNT} entries"):
+        await queue.enqueue(b"x", headers=one_more)
+    assert engine.backend.total == before
+    await assert_no_trace(engine, queue, rows, job_id)
+    figures.record(engine=engine.name, valid_inputs=1, invalid_inputs=2)
+
+
 # --- queue and schema names ----------------------------------------------------------------
 
 

@@ -262,6 +262,7 @@ SQL_CALL = re.compile(r"([A-Za-z_@][\w@.]*)\s*\(")
 #: explicitly after another schema (see the report: do not do that).
 SQL_BUILTINS = {
     "coalesce",
+    "nullif",
     "unnest",
     "count",
     "min",

@@ -23,14 +23,23 @@
 -- statement holds every job row it moves (no lock-order cycle with another statement),
 -- and keeps that lock until the commit. Sessions whose backends share a shard then
 -- commit one after the other; the others never wait for each other.
+--
+-- D30: a job's headers are a jsonb object, kept for the job's life like the payload: the
+-- enqueue writes them (one value for every row of a statement), every dead-letter move
+-- copies them into dead_jobs and every redrive back. Statements that return jobs (claim,
+-- ack_claims_and_claim, get_job, find_job, list_live, list_dead) return the Job fields
+-- in one order: the columns of jobs up to last_error, then nullif(headers, '{}'), then
+-- died_at. The nullif makes a job without headers (the usual case) a NULL, which the
+-- client turns into no headers without parsing any JSON. They name every column:
+-- their results never change shape when a migration adds a column to a table.
 
 -- name: enqueue
--- Q2: one row per payload (in order), resolved with one clock read; the wake is a
--- NOTIFY, delivered at commit.
+-- Q2: one row per payload (in order), resolved with one clock read, all with the same
+-- headers (D30: JSON text, '{}' for none); the wake is a NOTIFY, delivered at commit.
 WITH inserted AS (
     INSERT INTO @schema@.jobs (
         queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at
+        visibility_timeout_s, backoff_base_s, expires_at, headers
     )
     SELECT
         %(queue)s::text, p.payload, %(priority)s::integer, 'pending', 0, %(max_attempts)s::integer,
@@ -39,7 +48,7 @@ WITH inserted AS (
             ELSE coalesce(%(run_at)s::timestamptz, t.now)
         END,
         t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
-        t.now + %(expires_in_s)s::float8 * interval '1 second'
+        t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
     FROM (SELECT @schema@.alk_now() AS now) AS t,
         unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS p (payload, ord)
     ORDER BY p.ord
@@ -55,7 +64,7 @@ ORDER BY inserted.id;
 WITH inserted AS (
     INSERT INTO @schema@.jobs (
         queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at
+        visibility_timeout_s, backoff_base_s, expires_at, headers
     )
     SELECT
         %(queue)s::text, %(payload)s::bytea, %(priority)s::integer, 'pending', 0,
@@ -66,7 +75,7 @@ WITH inserted AS (
             ELSE coalesce(%(run_at)s::timestamptz, t.now)
         END,
         t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
-        t.now + %(expires_in_s)s::float8 * interval '1 second'
+        t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
     FROM (SELECT @schema@.alk_now() AS now) AS t
     RETURNING id
 )
@@ -94,12 +103,12 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, 'max attempts exceeded', @schema@.alk_now()
+        claim_expires_at, 'max attempts exceeded', @schema@.alk_now(), headers
     FROM swept
 ),
 ready AS MATERIALIZED (
@@ -143,7 +152,8 @@ WHERE j.id = picked.id
 RETURNING
     j.id, j.queue, j.payload, j.priority, j.state, j.attempts, j.max_attempts, j.run_at,
     j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, j.claimed_by,
-    j.claimed_at, j.claim_expires_at, j.last_error, NULL::timestamptz;
+    j.claimed_at, j.claim_expires_at, j.last_error, nullif(j.headers, '{}'::jsonb),
+    NULL::timestamptz;
 
 -- name: heartbeat
 -- Q4: an absolute reset of a valid claim's deadline.
@@ -204,13 +214,13 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
         claim_expires_at, coalesce(%(error)s::text, 'max attempts exceeded'),
-        @schema@.alk_now()
+        @schema@.alk_now(), headers
     FROM moved
     RETURNING id
 ),
@@ -248,12 +258,12 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, %(error)s::text, @schema@.alk_now()
+        claim_expires_at, %(error)s::text, @schema@.alk_now(), headers
     FROM moved
     RETURNING id
 ),
@@ -316,7 +326,7 @@ SELECT id FROM acked;
 -- and the claim hands out exactly what a claim after the acks would. The acks come first
 -- in the UNION ALL, so their DELETE has finished (and waited for any row lock it had to)
 -- before the claim locks anything. Rows: (acked id, NULLs) per acked job, then (NULL,
--- job columns) per claimed job.
+-- job columns, as claim returns them) per claimed job.
 WITH acked AS (
     DELETE FROM @schema@.jobs
     WHERE queue = %(queue)s::text
@@ -338,12 +348,12 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, 'max attempts exceeded', @schema@.alk_now()
+        claim_expires_at, 'max attempts exceeded', @schema@.alk_now(), headers
     FROM swept
 ),
 ready AS MATERIALIZED (
@@ -386,11 +396,22 @@ claimed AS (
         claim_expires_at = @schema@.alk_now() + j.visibility_timeout_s * interval '1 second'
     FROM picked
     WHERE j.id = picked.id
-    RETURNING j.*
+    RETURNING
+        j.id, j.queue, j.payload, j.priority, j.state, j.attempts, j.max_attempts, j.run_at,
+        j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, j.claimed_by,
+        j.claimed_at, j.claim_expires_at, j.last_error, nullif(j.headers, '{}'::jsonb),
+        NULL::timestamptz
 )
-SELECT acked.id, (NULL::@schema@.jobs).*, NULL::timestamptz FROM acked
+SELECT
+    acked.id,
+    -- A NULL per column of claimed (18): the result has the RETURNING list's shape, not
+    -- the table's, so a column a later migration adds to jobs changes no running
+    -- statement's result (a prepared statement's result type must not change).
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL
+FROM acked
 UNION ALL
-SELECT NULL, claimed.*, NULL FROM claimed;
+SELECT NULL, claimed.* FROM claimed;
 
 -- name: retry_claims
 -- R2 (D20): retry each listed (id, claim token, error, delay_s) item of this queue whose
@@ -424,12 +445,12 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, coalesce(error, 'max attempts exceeded'), @schema@.alk_now()
+        claim_expires_at, coalesce(error, 'max attempts exceeded'), @schema@.alk_now(), headers
     FROM moved
     RETURNING id
 ),
@@ -484,12 +505,12 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, error, @schema@.alk_now()
+        claim_expires_at, error, @schema@.alk_now(), headers
     FROM moved
     RETURNING id
 ),
@@ -521,13 +542,14 @@ SELECT id FROM cancelled;
 SELECT
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, NULL::timestamptz AS died_at
+    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers,
+    NULL::timestamptz AS died_at
 FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text
 UNION ALL
 SELECT
     id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at
+    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers, died_at
 FROM @schema@.dead_jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
 
 -- name: sweep_expired
@@ -543,12 +565,12 @@ buried AS (
     INSERT INTO @schema@.dead_jobs (
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at
+        claim_expires_at, last_error, died_at, headers
     )
     SELECT
         id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, 'expired', @schema@.alk_now()
+        claim_expires_at, 'expired', @schema@.alk_now(), headers
     FROM expired
     RETURNING 1
 ),
@@ -576,13 +598,14 @@ SELECT version FROM @schema@.alk_schema_version;
 SELECT
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, NULL::timestamptz AS died_at
+    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers,
+    NULL::timestamptz AS died_at
 FROM @schema@.jobs WHERE id = %(id)s::bigint
 UNION ALL
 SELECT
     id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at
+    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers, died_at
 FROM @schema@.dead_jobs WHERE id = %(id)s::bigint;
 
 -- name: list_live
@@ -591,7 +614,8 @@ FROM @schema@.dead_jobs WHERE id = %(id)s::bigint;
 SELECT
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, NULL::timestamptz AS died_at
+    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers,
+    NULL::timestamptz AS died_at
 FROM @schema@.jobs
 WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s::bigint
 ORDER BY id
@@ -602,7 +626,7 @@ LIMIT %(limit)s::bigint;
 SELECT
     id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at
+    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers, died_at
 FROM @schema@.dead_jobs
 WHERE queue = %(queue)s::text AND id > %(after_id)s::bigint
 ORDER BY id
@@ -714,13 +738,13 @@ revived AS (
     INSERT INTO @schema@.jobs (
         id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error
+        claim_expires_at, last_error, headers
     )
     OVERRIDING SYSTEM VALUE
     SELECT
         m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
         m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error
+        NULL, NULL, NULL, m.last_error, m.headers
     FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
     RETURNING 1
 ),
@@ -742,13 +766,13 @@ revived AS (
     INSERT INTO @schema@.jobs (
         id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error
+        claim_expires_at, last_error, headers
     )
     OVERRIDING SYSTEM VALUE
     SELECT
         m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
         m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error
+        NULL, NULL, NULL, m.last_error, m.headers
     FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
     RETURNING 1
 ),

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 2). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 3). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -42,7 +42,9 @@ CREATE TABLE @schema@.jobs (
     claimed_by text,
     claimed_at timestamptz,
     claim_expires_at timestamptz,
-    last_error text
+    last_error text,
+    -- The job's headers (D30): a JSON object of str to str, '{}' for none.
+    headers jsonb NOT NULL DEFAULT '{}'
 );
 
 -- Claims walk pending rows of one queue in claim order.
@@ -55,7 +57,8 @@ CREATE INDEX jobs_lease_idx ON @schema@.jobs (queue, claim_expires_at)
 CREATE INDEX jobs_expiry_idx ON @schema@.jobs (queue, expires_at)
     WHERE expires_at IS NOT NULL;
 
--- Dead jobs: the dead-letter store. Same columns, plus when the job died.
+-- Dead jobs: the dead-letter store. Same columns, plus when the job died (before the
+-- headers: the column order is the order the migrations added them in).
 CREATE TABLE @schema@.dead_jobs (
     id bigint PRIMARY KEY,
     queue text NOT NULL,
@@ -72,7 +75,8 @@ CREATE TABLE @schema@.dead_jobs (
     claimed_at timestamptz,
     claim_expires_at timestamptz,
     last_error text,
-    died_at timestamptz NOT NULL
+    died_at timestamptz NOT NULL,
+    headers jsonb NOT NULL DEFAULT '{}'
 );
 
 -- Retention purges the oldest dead rows of one queue.
@@ -94,4 +98,4 @@ CREATE TABLE @schema@.queue_counters (
     PRIMARY KEY (queue, shard)
 ) WITH (fillfactor = 10);
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (2);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (3);
