@@ -3,13 +3,13 @@ enqueued the job (``pip install 'alkstore_trio[opentelemetry]'``).
 
 Example::
 
-    from alkstore_trio.contrib.opentelemetry import JobTracing, inject_trace_context
+    from alkstore_trio.contrib.opentelemetry import JobTracing, trace_headers
 
-    # Producer: carry the current trace context with the job.
-    await emails.enqueue(inject_trace_context(payload))
+    # Producer: carry the current trace context in the job's headers.
+    await emails.enqueue(payload, headers=trace_headers())
 
-    # Worker: a span per run; the handler sees the original payload, and its own spans
-    # (database, HTTP...) are children of the run's span.
+    # Worker: a span per run; the handler's own spans (database, HTTP...) are children
+    # of the run's span.
     tracing = JobTracing()
     worker = Worker(store, {"emails": tracing.handler(send_email)})
     async with trio.open_nursery() as nursery:
@@ -27,17 +27,18 @@ span at the run's ``finish``. Its duration is measured on trio's clock (from the
 handler runs, and makes it the current span inside the handler so that the handler's own
 spans nest under it; :meth:`~JobTracing.run` then completes that span. A wrapped handler
 of a worker that no :meth:`~JobTracing.run` watches produces no span (nothing could end
-it), but still unwraps the payload.
+it) and simply runs the handler.
 
-How the trace context travels. Jobs have no metadata column: the payload is the
-producer's bytes, stored and returned exactly. :func:`inject_trace_context` therefore
-wraps the payload in a small envelope, ``MAGIC + JSON carrier + b"\\n" + payload``, where
-the carrier is what the global propagator writes (W3C ``traceparent``/``tracestate`` and
-baggage by default). :func:`extract_trace_context` (and :meth:`JobTracing.handler`) take
-it apart. A payload without the envelope is passed through untouched, and its run's span
-simply has no link: producers and handlers can adopt tracing one at a time. A raw payload
-could only be mistaken for an envelope if it began with the 17-byte :data:`MAGIC` (which
-starts with a NUL byte) followed by a JSON object of strings and a newline.
+How the trace context travels: in the job's headers (D30), metadata stored beside the
+payload for the job's life. :func:`trace_headers` returns what the global propagator
+writes for the current context (W3C ``traceparent``, ``tracestate`` and ``baggage`` by
+default), to pass as ``enqueue(..., headers=...)``; the run's span reads it back from
+:attr:`Job.headers <alkstore_trio.Job.headers>` with the same propagator. The payload is
+never touched. A job without a trace context in its headers gets a span without a link,
+so producers can adopt tracing one at a time. These headers count towards the limits
+of a job's headers (64 entries, 16 KiB in all): the W3C propagators stay within them
+(they write at most 8 KiB of baggage), but one that wrote more would make the enqueue
+raise :class:`~alkstore_trio.InvalidArgument`.
 
 The run span is a root span (a job may run hours after it was enqueued, and several
 times): it *links* to the producer's span instead of being its child. Attributes:
@@ -54,9 +55,7 @@ job was dead-lettered, lost or left incomplete; otherwise it is left unset.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
@@ -76,12 +75,8 @@ if TYPE_CHECKING:
     from .._core import Job
     from .._runtime import Handler, WorkerEvent
 
-__all__ = ["MAGIC", "JobTracing", "extract_trace_context", "inject_trace_context"]
+__all__ = ["JobTracing", "trace_headers"]
 
-#: The first bytes of a payload that carries a trace context (17 bytes, NUL first).
-MAGIC: Final = b"\x00alkstore-trace1\n"
-#: The longest carrier read back (a longer "header" means the payload is not an envelope).
-_CARRIER_MAX_BYTES: Final = 8192
 #: The events that settle a run's outcome.
 _OUTCOMES: Final = frozenset({"ack", "retry", "dead", "release", "lease_lost"})
 #: Outcomes that mark the span as an error.
@@ -90,51 +85,29 @@ _FAILED_OUTCOMES: Final = frozenset({"dead", "lease_lost", "incomplete"})
 _Key = tuple[str, str, int, int]  # worker id, queue, job id, attempt
 
 
-def inject_trace_context(
-    payload: bytes | bytearray | memoryview, *, context: Context | None = None
-) -> bytes:
-    """The payload to enqueue so that the job's runs link to the current trace.
+def trace_headers(*, context: Context | None = None) -> dict[str, str]:
+    """The job headers that carry the current trace context, for ``enqueue``'s
+    ``headers=``: the runs of the job then link to the current span.
 
-    Writes the trace context (the current one, or ``context``) with the global
-    propagator; when it writes nothing (no span is active), ``payload`` comes back
-    unchanged. The envelope adds about 100 bytes, which count towards the store's
-    ``max_payload_bytes``.
+    Written by OpenTelemetry's global propagator (W3C ``traceparent`` and
+    ``tracestate``, and ``baggage``, unless you configured another); empty when there is
+    nothing to carry (no span is active). Add your own headers to the dict as you like:
+    ``headers={**trace_headers(), "tenant": "acme"}``.
 
     Args:
-        payload: The job's payload.
         context: The context to carry; default the current one.
 
     Returns:
-        The payload to pass to ``enqueue``.
-
-    Raises:
-        InvalidArgument: ``payload`` is not bytes-like.
+        A new dict of header names to values.
     """
-    if not isinstance(payload, bytes | bytearray | memoryview):
-        raise InvalidArgument(f"payload must be bytes; got {type(payload).__name__}")
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=context)
-    if not carrier:
-        return bytes(payload)
-    header = json.dumps(carrier, separators=(",", ":"), ensure_ascii=True).encode()
-    return b"".join((MAGIC, header, b"\n", payload))
+    return carrier
 
 
-def extract_trace_context(payload: bytes) -> tuple[bytes, Context | None]:
-    """Take apart a payload made by :func:`inject_trace_context`.
-
-    Args:
-        payload: A job's payload.
-
-    Returns:
-        The producer's payload and the trace context it carried; ``(payload, None)``
-        when ``payload`` has no envelope.
-    """
-    carrier = _carrier(payload)
-    if carrier is None:
-        return payload, None
-    body = payload[len(MAGIC) :].split(b"\n", 1)[1]
-    return body, propagate.extract(carrier)
+def _producer_context(job: Job) -> Context | None:
+    """The trace context the job's headers carry (``None`` for a job without headers)."""
+    return propagate.extract(job.headers) if job.headers else None
 
 
 @dataclass(eq=False, slots=True)
@@ -175,8 +148,8 @@ class JobTracing:
         self._runs: dict[_Key, _Run] = {}
 
     def handler(self, handler: Handler) -> Handler:
-        """Wrap a job handler: it gets the producer's payload (the trace envelope
-        removed), and runs with its run's span as the current span.
+        """Wrap a job handler: it runs with its run's span as the current span, so the
+        spans it makes are children of the run's span. The job reaches it unchanged.
 
         Exceptions the handler raises are recorded on the span (with their traceback)
         and propagate unchanged; the worker decides the outcome as usual. A handler made
@@ -196,15 +169,16 @@ class JobTracing:
 
         @functools.wraps(handler)
         async def traced(job: Job) -> None:
-            payload, producer = extract_trace_context(job.payload)
             worker_id = job.claimed_by
             run = None
             if worker_id is not None and worker_id in self._watched:
                 run = self._open(
-                    _key(worker_id, job), job, producer, time.time_ns(), trio.current_time()
+                    _key(worker_id, job),
+                    job,
+                    _producer_context(job),
+                    time.time_ns(),
+                    trio.current_time(),
                 )
-            if payload is not job.payload:
-                job = dataclasses.replace(job, payload=payload)
             if run is None:
                 await handler(job)
                 return
@@ -271,7 +245,7 @@ class JobTracing:
         kind = event.kind
         if kind == "start":
             if key not in self._runs:
-                _, producer = extract_trace_context(job.payload)
+                producer = _producer_context(job)
                 self._open(key, job, producer, int(event.wall_time * 1e9), event.at)
             return
         run = self._runs.get(key)
@@ -351,21 +325,3 @@ def _key(worker_id: str, job: Job) -> _Key:
 
 def _error_attributes(error: str | None) -> dict[str, str]:
     return {} if error is None else {"alkstore.job.error": error}
-
-
-def _carrier(payload: bytes) -> dict[str, str] | None:
-    """The carrier of an enveloped payload, or ``None`` if it is not one."""
-    if not payload.startswith(MAGIC):
-        return None
-    end = payload.find(b"\n", len(MAGIC), len(MAGIC) + _CARRIER_MAX_BYTES)
-    if end < 0:
-        return None
-    try:
-        carrier = json.loads(payload[len(MAGIC) : end])
-    except ValueError:
-        return None
-    if not isinstance(carrier, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
-    ):
-        return None
-    return carrier

@@ -59,12 +59,12 @@ def scenario_queue(store):
     return store.queue("q", QueueOpts(visibility_timeout_s=30, backoff_base_s=0, max_attempts=3))
 
 
-async def enqueue_scenario(queue, wrap=bytes):
-    """Enqueue the scenario's jobs (each payload passed through ``wrap``); their ids."""
-    ids = await queue.enqueue_many([wrap(payload) for payload in SCENARIO])
+async def enqueue_scenario(queue, headers=None):
+    """Enqueue the scenario's jobs (each with ``headers``); their ids."""
+    ids = await queue.enqueue_many(SCENARIO, headers=headers)
     by_payload = dict(zip(SCENARIO, ids, strict=True))
     late_run_at = TrioClock().now() - timedelta(seconds=42)
-    by_payload[b"late"] = await queue.enqueue(wrap(b"late"), run_at=late_run_at)
+    by_payload[b"late"] = await queue.enqueue(b"late", run_at=late_run_at, headers=headers)
     return by_payload
 
 

@@ -1,16 +1,20 @@
 """alkstore_trio.contrib.opentelemetry: a span per job run, with the real OpenTelemetry
-SDK and its in-memory exporter.
+SDK and its in-memory exporter, linked to the enqueue through the job's headers (D30).
 
 Spans are timed on trio's mock clock (anchored at the wall-clock start), so their
-durations are exact.
+durations are exact. One test runs on PostgreSQL, in real time (it waits for events,
+never for time).
 """
 
 from __future__ import annotations
+
+import secrets
 
 import pytest
 import trio
 from _scenario import (
     CLAIMS,
+    SCENARIO,
     enqueue_scenario,
     running,
     scenario_done,
@@ -18,20 +22,24 @@ from _scenario import (
     scenario_worker,
     wait_until,
 )
-from opentelemetry import trace
+from opentelemetry import baggage, propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from alkstore_trio import InvalidArgument, QueueOpts, Worker, asyncio_handler
-from alkstore_trio._runtime._asyncio import is_marked
-from alkstore_trio.contrib.opentelemetry import (
-    MAGIC,
-    JobTracing,
-    extract_trace_context,
-    inject_trace_context,
+from alkstore_trio import (
+    Headers,
+    InvalidArgument,
+    QueueOpts,
+    Worker,
+    asyncio_handler,
+    open_store,
 )
+from alkstore_trio._runtime._asyncio import is_marked
+from alkstore_trio.contrib.opentelemetry import JobTracing, trace_headers
 
 S = 1_000_000_000  # nanoseconds
 
@@ -77,7 +85,9 @@ async def test_r9_a_span_per_run_with_its_outcome_linked_to_the_enqueue(
     tracing = JobTracing(provider)
     queue = scenario_queue(store)
     with tracer.start_as_current_span("produce", kind=SpanKind.PRODUCER) as producer:
-        await enqueue_scenario(queue, wrap=inject_trace_context)
+        headers = trace_headers()
+        await enqueue_scenario(queue, headers=headers)
+    seen = []
 
     def instrumented(handler):
         async def with_child_span(job):
@@ -87,10 +97,13 @@ async def test_r9_a_span_per_run_with_its_outcome_linked_to_the_enqueue(
 
         return tracing.handler(with_child_span)
 
-    worker = scenario_worker(store, queue, wrap=instrumented)
+    worker = scenario_worker(store, queue, wrap=instrumented, seen=seen)
     async with running(worker, tracing):
         await wait_until(lambda: scenario_done(worker))
 
+    # The handler sees the jobs as enqueued: payloads untouched, the headers kept.
+    assert {job.payload for job in seen} == {*SCENARIO, b"late"}
+    assert {job.headers for job in seen} == {Headers(headers)}
     spans = runs(exporter)
     assert len(spans) == CLAIMS
     outcomes = {key: span.attributes["alkstore.job.outcome"] for key, span in spans.items()}
@@ -153,27 +166,39 @@ async def test_r9_spans_come_from_the_event_stream_without_the_wrapper(
     tracing = JobTracing(provider)
     queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
     with tracer.start_as_current_span("produce") as producer:
-        traced_id = await queue.enqueue(inject_trace_context(b"traced"))
+        traced_id = await queue.enqueue(b"traced", headers=trace_headers())
+        # Inside a transaction too, beside a header of the producer's own.
+        async with store.transaction() as tx:
+            mixed_id = await tx.enqueue(queue, b"mixed", headers={**trace_headers(), "t": "1"})
     plain_id = await queue.enqueue(b"plain")
-    payloads = []
+    other_id = await queue.enqueue(b"other", headers={"tenant": "acme"})
+    jobs = {}
 
     async def handler(job):
-        payload, _ = extract_trace_context(job.payload)
-        payloads.append(payload)
+        jobs[job.id] = job
         await trio.sleep(3)
 
     worker = Worker(store, {queue: handler}, poll_interval_s=1000)
     async with running(worker, tracing):
-        await wait_until(lambda: worker.statistics().acked == 2)
-    assert sorted(payloads) == [b"plain", b"traced"]
+        await wait_until(lambda: worker.statistics().acked == 4)
+    payloads = {job_id: job.payload for job_id, job in jobs.items()}
+    assert payloads == {
+        traced_id: b"traced",
+        mixed_id: b"mixed",
+        plain_id: b"plain",
+        other_id: b"other",
+    }
+    assert sorted(jobs[mixed_id].headers) == ["t", "traceparent"]
     spans = {
         span.attributes["alkstore.job.id"]: span
         for span in exporter.get_finished_spans()
         if span.name == "process q"
     }
-    assert set(spans) == {traced_id, plain_id}
+    assert set(spans) == {traced_id, mixed_id, plain_id, other_id}
     assert linked(spans[traced_id]) == ids(producer.get_span_context())
-    assert linked(spans[plain_id]) == []
+    assert linked(spans[mixed_id]) == ids(producer.get_span_context())
+    assert linked(spans[plain_id]) == []  # no headers: no link
+    assert linked(spans[other_id]) == []  # headers, but no trace context in them
     for span in spans.values():
         assert span.attributes["alkstore.job.outcome"] == "ack"
         assert span.status.status_code == StatusCode.UNSET
@@ -235,22 +260,23 @@ async def _watch(tracing, worker, scope, *, task_status=trio.TASK_STATUS_IGNORED
         await tracing.run(worker, task_status=task_status)
 
 
-async def test_r9_a_wrapped_handler_nobody_watches_makes_no_span_but_unwraps(
+async def test_r9_a_wrapped_handler_nobody_watches_makes_no_span_and_sees_the_job(
     autojump_clock, store, provider, exporter
 ):
     tracing = JobTracing(provider)
     queue = store.queue("q")
     with provider.get_tracer("test").start_as_current_span("produce"):
-        await queue.enqueue(inject_trace_context(b"hello"))
-    payloads = []
+        headers = trace_headers()
+        await queue.enqueue(b"hello", headers=headers)
+    seen = []
 
     async def handler(job):
-        payloads.append(job.payload)
+        seen.append((job.payload, job.headers))
 
     worker = Worker(store, {queue: tracing.handler(handler)})
     async with running(worker):
         await wait_until(lambda: worker.statistics().acked == 1)
-    assert payloads == [b"hello"]
+    assert seen == [(b"hello", headers)]
     assert [span.name for span in exporter.get_finished_spans()] == ["produce"]
 
 
@@ -282,49 +308,158 @@ def test_r9_the_wrapper_keeps_the_asyncio_mark():
         tracing.handler("not a function")
 
 
-def test_r9_inject_then_extract_round_trips_the_payload_and_context(provider):
+def test_d30_trace_headers_carry_the_current_context_in_w3c_form(provider):
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("produce") as producer:
-        wrapped = inject_trace_context(b"\x00binary\npayload")
-    assert wrapped.startswith(MAGIC)
-    payload, context = extract_trace_context(wrapped)
-    assert payload == b"\x00binary\npayload"
-    assert ids(trace.get_current_span(context).get_span_context()) == ids(
-        producer.get_span_context()
-    )
+        headers = trace_headers()
+    span_context = producer.get_span_context()
+    assert headers == {
+        "traceparent": f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
+        f"{span_context.trace_flags:02x}"
+    }
+    # What the worker side reads back from a job's headers is the producer's span.
+    extracted = propagate.extract(Headers(headers))
+    assert ids(trace.get_current_span(extracted).get_span_context()) == ids(span_context)
     # An explicit context wins over the current one (there is none here).
-    again = inject_trace_context(bytearray(b"x"), context=trace.set_span_in_context(producer))
-    assert extract_trace_context(again)[0] == b"x"
+    assert trace_headers(context=trace.set_span_in_context(producer)) == headers
+    # Each call returns a new dict: adding headers to one changes no other.
+    mine = trace_headers(context=trace.set_span_in_context(producer))
+    mine["tenant"] = "acme"
+    assert trace_headers(context=trace.set_span_in_context(producer)) == headers
 
 
-def test_r9_without_an_active_span_the_payload_is_unchanged():
-    assert inject_trace_context(b"plain") == b"plain"
-    assert inject_trace_context(memoryview(b"plain")) == b"plain"
-    assert extract_trace_context(b"plain") == (b"plain", None)
+def test_d30_without_an_active_span_there_are_no_trace_headers():
+    assert trace_headers() == {}
+    assert trace_headers(context=Context()) == {}
 
 
-@pytest.mark.parametrize(
-    "payload",
-    [
-        MAGIC,
-        MAGIC + b"no newline",
-        MAGIC + b"not json\nbody",
-        MAGIC + b'["a list"]\nbody',
-        MAGIC + b'{"traceparent": 1}\nbody',
-        MAGIC + b"{" + b" " * 9000 + b"}\nbody",
-        b"x" + MAGIC + b"{}\nbody",
-    ],
-)
-def test_r9_a_payload_that_is_not_an_envelope_passes_through(payload):
-    assert extract_trace_context(payload) == (payload, None)
+async def test_d30_the_largest_w3c_baggage_fits_in_the_job_headers(autojump_clock, store, provider):
+    # However much baggage there is, the W3C propagator writes at most 8192 bytes of it:
+    # with the traceparent, that stays under D30's 16 KiB.
+    context = trace.set_span_in_context(provider.get_tracer("test").start_span("produce"))
+    for n in range(60):
+        context = baggage.set_baggage(f"key{n:02}", "v" * 190, context)
+    headers = trace_headers(context=context)
+    assert 8000 < len(headers["baggage"]) <= 8192
+    queue = store.queue("q")
+    job = await queue.get_job(await queue.enqueue(b"x", headers=headers))
+    assert job is not None
+    assert job.headers == headers
+    extracted = propagate.extract(job.headers)
+    assert baggage.get_baggage("key39", extracted) == "v" * 190
 
 
-@pytest.mark.parametrize("payload", ["text", None, 12])
-def test_r9_inject_rejects_what_is_not_bytes(payload):
-    with pytest.raises(InvalidArgument, match="payload must be bytes"):
-        inject_trace_context(payload)
+class _OneHeaderPropagator(TextMapPropagator):
+    """A propagator of its own format: ``x-trace: TRACE_ID/SPAN_ID`` in hex."""
+
+    def inject(self, carrier, context=None, setter=None):
+        span_context = trace.get_current_span(context).get_span_context()
+        if span_context.is_valid:
+            carrier["x-trace"] = f"{span_context.trace_id:032x}/{span_context.span_id:016x}"
+
+    def extract(self, carrier, context=None, getter=None):
+        value = carrier.get("x-trace")
+        if value is None:
+            return Context()
+        trace_id, span_id = (int(part, 16) for part in value.split("/"))
+        span_context = trace.SpanContext(trace_id, span_id, is_remote=True)
+        return trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+
+    @property
+    def fields(self):
+        return {"x-trace"}
+
+
+@pytest.fixture
+def one_header_propagator():
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(_OneHeaderPropagator())
+    try:
+        yield
+    finally:
+        propagate.set_global_textmap(previous)
+
+
+async def test_d30_the_configured_global_propagator_writes_and_reads_the_headers(
+    autojump_clock, store, provider, exporter, one_header_propagator
+):
+    tracing = JobTracing(provider)
+    queue = store.queue("q")
+    with provider.get_tracer("test").start_as_current_span("produce") as producer:
+        headers = trace_headers()
+        await queue.enqueue(b"x", headers=headers)
+    assert list(headers) == ["x-trace"]
+
+    async def handler(job):
+        pass
+
+    worker = Worker(store, {queue: tracing.handler(handler)})
+    async with running(worker, tracing):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    (span,) = (s for s in exporter.get_finished_spans() if s.name == "process q")
+    assert linked(span) == ids(producer.get_span_context())
 
 
 def test_r9_tracing_rejects_a_provider_that_is_not_one():
     with pytest.raises(InvalidArgument, match="tracer_provider"):
         JobTracing(tracer_provider="jaeger")
+
+
+# -- on PostgreSQL ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_schema(pg_dsn):
+    """A fresh schema name; the schema is dropped after the test."""
+    psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL test needs psycopg 3")
+    from psycopg import sql
+
+    name = "t_otel_" + secrets.token_hex(6)
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+async def test_d30_runs_link_to_the_enqueue_across_stores_on_postgresql(
+    pg_dsn, pg_schema, provider, exporter
+):
+    tracer = provider.get_tracer("test")
+    async with open_store(pg_dsn, schema=pg_schema, migrate="apply", listen=False) as producer:
+        queue = producer.queue("q")
+        with tracer.start_as_current_span("produce") as produce:
+            first = await queue.enqueue(b"first", headers=trace_headers())
+            async with producer.transaction() as tx:
+                second = await tx.enqueue(queue, b"second", headers=trace_headers())
+        untraced = await queue.enqueue(b"untraced")
+
+    # The worker's store is another one: the context reached it through the table.
+    tracing = JobTracing(provider)
+    seen = {}
+
+    async def handler(job):
+        seen[job.id] = job.payload
+        with tracer.start_as_current_span("inner work"):
+            pass
+
+    async with open_store(pg_dsn, schema=pg_schema, listen=False) as store:
+        worker = Worker(store, {"q": tracing.handler(handler)})
+        with worker.events() as events:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(tracing.run, worker)
+                await nursery.start(worker.run)
+                acked = 0
+                async for event in events:
+                    acked += event.kind == "ack"
+                    if acked == 3:
+                        worker.stop()
+    assert seen == {first: b"first", second: b"second", untraced: b"untraced"}
+    spans = {
+        span.attributes["alkstore.job.id"]: span
+        for span in exporter.get_finished_spans()
+        if span.name == "process q"
+    }
+    assert linked(spans[first]) == ids(produce.get_span_context())
+    assert linked(spans[second]) == ids(produce.get_span_context())
+    assert linked(spans[untraced]) == []
+    inner = [s for s in exporter.get_finished_spans() if s.name == "inner work"]
+    assert {s.parent.span_id for s in inner} == {s.context.span_id for s in spans.values()}
