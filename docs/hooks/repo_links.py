@@ -53,17 +53,31 @@ def on_files(files: Files, config: Any) -> Files:
                 continue
             rel = target.relative_to(root).as_posix()
             if target.is_dir():
-                uri = f"{_REPO_DIR}/{rel}/index.md"
-                if files.get_file_from_path(uri) is None:
-                    entries = sorted(p for p in target.iterdir() if p.is_file())
-                    listing = "\n".join(f"- [{p.name}]({p.name})" for p in entries)
-                    for entry in entries:
-                        _add_file(files, config, f"{_REPO_DIR}/{rel}/{entry.name}", entry)
-                    content = f"# `{rel}/`\n\nFiles of the repository's `{rel}/`:\n\n{listing}\n"
-                    files.append(File.generated(config, uri, content=content))
+                _add_listing(files, config, root, target)
             else:
                 _add_file(files, config, f"{_REPO_DIR}/{rel}", target)
     return files
+
+
+def _add_listing(files: Files, config: Any, root: Path, directory: Path) -> None:
+    """Add a directory's listing page and its files, and the same for each of its
+    subdirectories (listed first, each linking to its own listing page)."""
+    rel = directory.relative_to(root).as_posix()
+    uri = f"{_REPO_DIR}/{rel}/index.md"
+    if files.get_file_from_path(uri) is not None:
+        return
+    entries = sorted(p for p in directory.iterdir() if not p.name.startswith((".", "__")))
+    subdirs = [p for p in entries if p.is_dir()]
+    plain = [p for p in entries if p.is_file()]
+    listing = [f"- [{p.name}/]({p.name}/index.md)" for p in subdirs]
+    listing += [f"- [{p.name}]({p.name})" for p in plain]
+    for entry in plain:
+        _add_file(files, config, f"{_REPO_DIR}/{rel}/{entry.name}", entry)
+    text = "\n".join(listing)
+    content = f"# `{rel}/`\n\nFiles of the repository's `{rel}/`:\n\n{text}\n"
+    files.append(File.generated(config, uri, content=content))
+    for subdir in subdirs:
+        _add_listing(files, config, root, subdir)
 
 
 def _add_file(files: Files, config: Any, uri: str, source: Path) -> None:

@@ -44,3 +44,10 @@ def test_docs_build_strict_without_warnings(tmp_path):
     # The API page is rendered from the docstrings, not left as ::: directives.
     assert "::: alkstore_trio" not in api
     assert "Open a job store for the duration" in api
+    # A linked repository folder gets a listing page that also lists its subfolders
+    # (examples/systemd/ holds the unit file the deploy how-to shows).
+    examples = (site / "_repo" / "examples" / "index.html").read_text(encoding="utf-8")
+    assert 'href="systemd/' in examples
+    assert "quickstart.py" in examples
+    unit = site / "_repo" / "examples" / "systemd" / "alkstore-worker.service"
+    assert unit.is_file()
