@@ -28,6 +28,10 @@ it), else asyncio's.
   from the start of the worker call to its return (which includes the peer's start-up
   and final flush); client CPU is this process's user + system CPU over the same span,
   over N. Afterwards the queue must hold no waiting or running job.
+- **Bulk enqueue**: the peer's own bulk enqueue of N jobs, 1,000 per call (pgqueuer
+  ``Queries.enqueue`` of lists on one asyncpg connection, procrastinate
+  ``batch_defer_async``), into an empty database; wall and client CPU of the enqueues
+  alone. ``bench_postgres.py`` puts these rows beside ``enqueue_many(1000)``.
 - **Idle pickup latency**: the peer's worker runs idle in a child process whose handler
   prints ``time.perf_counter()`` first thing; this process enqueues one job at a time with
   the peer's own enqueue call, takes ``time.perf_counter()`` when it returns, waits for
@@ -129,7 +133,9 @@ def percentile(values: list[float], p: float) -> float:
 # -- pgqueuer ----------------------------------------------------------------------------
 
 
-async def pgqueuer_install_and_fill(database: str, jobs: int) -> None:
+async def pgqueuer_install_and_fill(database: str, jobs: int) -> tuple[float, float]:
+    """Install pgqueuer and enqueue ``jobs`` with its bulk enqueue, 1,000 per call, on
+    one asyncpg connection; the wall and CPU seconds of the enqueues alone."""
     import asyncpg
     from pgqueuer import Queries
 
@@ -137,14 +143,34 @@ async def pgqueuer_install_and_fill(database: str, jobs: int) -> None:
     try:
         queries = Queries.from_asyncpg_connection(conn)
         await queries.install()
-        left = jobs
-        while left:
-            n = min(ENQUEUE_CALL, left)
-            ids = await queries.enqueue(["noop"] * n, [PAYLOAD] * n, [0] * n)
-            assert len(ids) == n
-            left -= n
+
+        async def fill() -> None:
+            left = jobs
+            while left:
+                n = min(ENQUEUE_CALL, left)
+                ids = await queries.enqueue(["noop"] * n, [PAYLOAD] * n, [0] * n)
+                assert len(ids) == n
+                left -= n
+
+        return await timed(fill)
     finally:
         await conn.close()
+
+
+async def pgqueuer_enqueue(jobs: int) -> dict[str, Any]:
+    """pgqueuer's bulk enqueue (``Queries.enqueue`` of lists, 1,000 jobs per call)."""
+    with fresh_database(DATABASES["pgqueuer"]) as database:
+        wall, cpu = await pgqueuer_install_and_fill(database, jobs)
+        stored = count(database, "SELECT count(*) FROM pgqueuer")
+        if stored != jobs:
+            raise AssertionError(f"pgqueuer enqueue: {stored} rows of {jobs}")
+    return {
+        "name": f"pgqueuer, enqueue {ENQUEUE_CALL} per call",
+        "jobs": jobs,
+        "rate": jobs / wall,
+        "wall_s": wall,
+        "cpu_us": cpu / jobs * 1e6,
+    }
 
 
 #: pgqueuer's asyncpg pool: its pool driver at 10 connections drained faster than one
@@ -246,6 +272,38 @@ def procrastinate_app(database: str, pool_max: int) -> Any:
         conninfo=db_dsn(database), min_size=1, max_size=pool_max
     )
     return procrastinate.App(connector=connector)
+
+
+async def procrastinate_enqueue(jobs: int) -> dict[str, Any]:
+    """procrastinate's bulk enqueue (``batch_defer_async``, 1,000 jobs per call)."""
+    with fresh_database(DATABASES["procrastinate"]) as database:
+        app = procrastinate_app(database, 2)
+
+        @app.task(name="noop")
+        async def noop() -> None:
+            pass
+
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+
+            async def fill() -> None:
+                left = jobs
+                while left:
+                    n = min(ENQUEUE_CALL, left)
+                    await noop.batch_defer_async(*[{}] * n)
+                    left -= n
+
+            wall, cpu = await timed(fill)
+        stored = count(database, "SELECT count(*) FROM procrastinate_jobs")
+        if stored != jobs:
+            raise AssertionError(f"procrastinate enqueue: {stored} rows of {jobs}")
+    return {
+        "name": f"procrastinate, enqueue {ENQUEUE_CALL} per call",
+        "jobs": jobs,
+        "rate": jobs / wall,
+        "wall_s": wall,
+        "cpu_us": cpu / jobs * 1e6,
+    }
 
 
 async def procrastinate_burn(jobs: int, concurrency: int) -> dict[str, Any]:
@@ -414,7 +472,14 @@ async def run_all(jobs: int, samples: int, only: str | None) -> dict[str, Any]:
         ),
         "burn_down": [],
         "latency": [],
+        "enqueue": [],
     }
+    if pick("pgqueuer enqueue"):
+        out["enqueue"].append(await pgqueuer_enqueue(jobs))
+        report(out["enqueue"][-1])
+    if pick("procrastinate enqueue"):
+        out["enqueue"].append(await procrastinate_enqueue(jobs))
+        report(out["enqueue"][-1])
     for batch in PGQUEUER_BATCHES:
         if pick(f"pgqueuer burn-down batch {batch}"):
             out["burn_down"].append(await pgqueuer_burn(jobs, batch))

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import random
@@ -72,6 +73,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 import psycopg
@@ -1010,9 +1013,58 @@ def format_table(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
-def targets(cases: list[Case]) -> list[str]:
+#: The virtualenv's python that runs ``bench_peers.py`` (as in ``bench_worker.py``).
+PEERS_PYTHON = os.environ.get("ALKSTORE_PEERS_PYTHON", "/work/peers-venv/bin/python")
+#: Issue 3's target: ``enqueue_many(1000)`` at least this many times pgqueuer's.
+PGQUEUER_ENQUEUE_TARGET = 1.5
+
+
+def run_peer_enqueues(jobs: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The peers' bulk enqueue of ``jobs`` (1,000 per call), by ``bench_peers.py`` under
+    the peers' virtualenv; ``[]`` (and a line saying why) without it."""
+    if not Path(PEERS_PYTHON).exists():
+        log(f"peers' enqueue skipped: no peers virtualenv at {PEERS_PYTHON} (see bench_peers.py)")
+        return []
+    with TemporaryDirectory() as tmp:
+        out = Path(tmp) / "peers.json"
+        cmd = [PEERS_PYTHON, str(Path(__file__).with_name("bench_peers.py"))]
+        cmd += ["--only", "enqueue", "--jobs", str(jobs), "--json-out", str(out)]
+        env = {**os.environ, "ALKSTORE_BENCH_DSN": dsn()}
+        proc = subprocess.run(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
+        )
+        for line in proc.stdout.splitlines():
+            log("  peers: " + line)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench_peers.py failed ({proc.returncode})")
+        rows: list[dict[str, Any]] = json.loads(out.read_text())["enqueue"]
+        return rows
+
+
+def format_peer_enqueues(cases: list[Case], peers: list[dict[str, Any]]) -> str:
+    """The library's ``enqueue_many`` rows beside the peers' bulk enqueues."""
+    many = next((c for c in cases if c.name == f"enqueue_many({MANY})"), None)
+    if many is None or not peers:
+        return ""
+    lines = [
+        f"| bulk enqueue, {MANY} per call | jobs/s | CPU µs/job | library ÷ peer |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    ours = [v for v in many.variants if v.kind == "library" and v.chunks]
+    for variant in ours:
+        lines.append(
+            f"| {variant.name} | {variant.rate():,.0f} | {variant.cpu_us_per_job():.1f} | |"
+        )
+    for peer in peers:
+        ratios = ", ".join(f"{v.rate() / peer['rate']:.2f}× ({v.name})" for v in ours)
+        lines.append(f"| {peer['name']} | {peer['rate']:,.0f} | {peer['cpu_us']:.1f} | {ratios} |")
+    return "\n".join(lines)
+
+
+def targets(cases: list[Case], peers: list[dict[str, Any]] | None = None) -> list[str]:
     """The issue's targets, each with the measured value and whether it is met."""
     out: list[str] = []
+    pgqueuer = next((p for p in peers or [] if p["name"].startswith("pgqueuer")), None)
 
     def ratio_target(case: Case, label: str) -> None:
         if not case.baseline().chunks:
@@ -1028,6 +1080,14 @@ def targets(cases: list[Case]) -> list[str]:
             ratio_target(case, "burn-down at batch 100")
         elif case.name == f"enqueue_many({MANY})":
             ratio_target(case, case.name)
+            for variant in case.variants:
+                if pgqueuer is not None and variant.kind == "library" and variant.chunks:
+                    r = variant.rate() / pgqueuer["rate"]
+                    verdict = "met" if r >= PGQUEUER_ENQUEUE_TARGET else "NOT met"
+                    out.append(
+                        f"{case.name} >= {PGQUEUER_ENQUEUE_TARGET}x pgqueuer's bulk enqueue, "
+                        f"{variant.name}: {r:.2f}x ({verdict})"
+                    )
         elif case.name == "enqueue (single)":
             ratio_target(case, "single enqueue")
         elif case.latency:
@@ -1084,15 +1144,23 @@ def main(argv: list[str] | None = None) -> None:
         cases = [c for c in cases if args.only in c.name]
     print(machine())
     started = time.perf_counter()
-    run_cases(cases, rounds, log=lambda line: print(line, file=sys.stderr, flush=True))
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    run_cases(cases, rounds, log=log)
+    peers: list[dict[str, Any]] = []
+    if any(c.name == f"enqueue_many({MANY})" for c in cases):
+        peers = run_peer_enqueues(sizes.many, log)
     print(
         f"\n{rounds} session(s) per case in {time.perf_counter() - started:.0f} s"
         f"{'; synchronous_commit=off' if ASYNC_COMMIT else ''}. Rates: median chunk; "
         "ratios: median of per-chunk ratios.\n"
     )
     print(format_table(cases))
+    peer_table = format_peer_enqueues(cases, peers)
+    if peer_table:
+        print()
+        print(peer_table)
     print()
-    for line in targets(cases):
+    for line in targets(cases, peers):
         print("-", line)
 
 

@@ -40,11 +40,15 @@ def test_bench_postgres_against_raw_psycopg(pg_dsn, monkeypatch):
     sizes = bench.FULL if os.environ.get("ALKSTORE_BENCH_FULL") == "1" else bench.QUICK
     cases = bench.build_cases(sizes)
     bench.run_cases(cases, sizes.rounds, log=print)
+    peers = bench.run_peer_enqueues(sizes.many, print)  # [] without the peers' virtualenv
     print()
     print(bench.machine())
     print(bench.format_table(cases))
-    for line in bench.targets(cases):
+    print(bench.format_peer_enqueues(cases, peers))
+    for line in bench.targets(cases, peers):
         print("-", line)
+    for peer in peers:
+        assert peer["rate"] > 0, peer
     for case in cases:
         for variant in case.variants:
             assert variant.chunks, f"{case.name}: {variant.name} produced no chunks"
