@@ -613,9 +613,11 @@ class ReferenceModel:
             count += 1
         return count
 
-    def purge_dead(self, queue: str, older_than_s: float | None, *, now: datetime) -> int:
+    def purge_dead(
+        self, queue: str, older_than_s: float | None, *, dry_run: bool = False, now: datetime
+    ) -> int:
         """D25: delete this queue's dead rows with ``died_at + older_than_s < now`` (every
-        one for ``None``); returns how many."""
+        one for ``None``); returns how many. D29: with ``dry_run``, only count them."""
         doomed = [
             job.id
             for job in self.jobs()
@@ -624,8 +626,9 @@ class ReferenceModel:
             and job.died_at is not None
             and (older_than_s is None or _after(job.died_at, older_than_s) < now)
         ]
-        for job_id in doomed:
-            del self._rows[job_id]
+        if not dry_run:
+            for job_id in doomed:
+                del self._rows[job_id]
         return len(doomed)
 
     # -- internals ---------------------------------------------------------------------

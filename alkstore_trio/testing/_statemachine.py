@@ -282,10 +282,11 @@ class RequeueDead(_Step):
 
 @dataclass(frozen=True, repr=False)
 class PurgeDead(_Step):
-    """``queue.purge_dead(older_than_s)`` (D25)."""
+    """``queue.purge_dead(older_than_s, dry_run=dry_run)`` (D25, D29)."""
 
     queue: str
     older_than_s: float | None = None
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, repr=False)
@@ -536,7 +537,7 @@ def _steps(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         redrive_pool = st.sampled_from([*dead, *dead, *run._id_pool()])
         return RequeueDead(queue, ids=tuple(draw(redrive_pool) for _ in range(draw(_TX_SIZES))))
     if kind == "purge_dead":
-        return PurgeDead(queue, older_than_s=draw(_PURGE_AGES))
+        return PurgeDead(queue, older_than_s=draw(_PURGE_AGES), dry_run=draw(st.booleans()))
     if kind == "inspect":
         return Inspect(queue, every_queue=draw(st.booleans()), limit=draw(_LIST_LIMITS))
     items = tuple(
@@ -822,8 +823,10 @@ class _Run:
             return got_count
         if isinstance(step, PurgeDead):
             queue = self.queues[step.queue]
-            got_count = await queue.purge_dead(step.older_than_s)
-            want_count = model.purge_dead(queue.name, step.older_than_s, now=now)
+            got_count = await queue.purge_dead(step.older_than_s, dry_run=step.dry_run)
+            want_count = model.purge_dead(
+                queue.name, step.older_than_s, dry_run=step.dry_run, now=now
+            )
             _agree(f"{step}: count", got_count, want_count)
             return got_count
         if isinstance(step, Inspect):
