@@ -31,8 +31,9 @@ asks for an unbounded buffer by default: :meth:`WorkerMetrics.observe` never blo
 the buffer only holds the events of one scheduling round; with a bound, events a full
 buffer drops are lost to the metrics (``statistics().events_dropped`` counts them).
 
-The worker figures (``alkstore`` is ``namespace``; every series has a ``queue`` label,
-and a ``worker_id`` label when ``worker_id_label=True``):
+The worker figures (``alkstore`` is ``namespace``; every series but
+``alkstore_workers_running`` has a ``queue`` label, and every series a ``worker_id``
+label when ``worker_id_label=True``):
 
 - ``alkstore_jobs_claimed_total``: jobs claimed (``claim``)
 - ``alkstore_jobs_acked_total``: jobs acked (``ack``)
@@ -48,7 +49,7 @@ and a ``worker_id`` label when ``worker_id_label=True``):
 - ``alkstore_jobs_in_flight``: claims held now (gauge)
 - ``alkstore_workers_running``: workers watched that are running (gauge)
 - ``alkstore_claim_latency_seconds``: from ``run_at`` to ``claimed_at`` (histogram)
-- ``alkstore_job_run_seconds``: from a handler's start to its finish
+- ``alkstore_job_run_seconds``: from a handler's start to its finish (histogram)
 
 ``alkstore_claim_latency_seconds`` is how long a claimed job had been due: the job's
 ``claimed_at`` minus its ``run_at`` (when it was enqueued, or when its retry delay ran

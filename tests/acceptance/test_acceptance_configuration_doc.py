@@ -16,6 +16,12 @@ Each table of the page is preceded by an invisible marker naming what it documen
   a ``$VARIABLE`` span says the option defaults to that environment variable, which is
   checked too. Together the tables must cover every option of every subcommand.
 - ``<!-- config: env -->``: exactly the environment variables the package reads.
+- ``<!-- config: metrics DOTTED.NAME -->``: every metric a Prometheus collector of
+  ``alkstore_trio.contrib.prometheus`` exports, as a scrape names it (``_total`` on a
+  counter), with its type, its labels and, for a histogram, its series' suffixes. The
+  real ones are read from the collectors themselves: each is created on a fresh
+  ``CollectorRegistry`` over an in-memory store, fed (a worker acks a job; the store is
+  read with a job in a queue) so that every labelled series exists, and collected.
 
 Nothing runs in a subprocess here: the page is compared with the imported code.
 :func:`test_the_check_catches_a_page_that_drifted` proves the comparison can fail.
@@ -36,8 +42,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from prometheus_client import CollectorRegistry
 
+from alkstore_trio import Job, Worker, open_store
 from alkstore_trio._cli import build_parser
+from alkstore_trio.contrib.prometheus import StoreStatsMetrics, WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "configuration.md"
@@ -289,14 +299,177 @@ def _env_problems(tables: list[Table]) -> list[str]:
     ] + [f"the page documents {name}, which the package never reads" for name in documented - read]
 
 
+#: The collectors whose metrics the ``metrics`` tables list, by their dotted name.
+COLLECTORS = {
+    f"{cls.__module__}.{cls.__qualname__}": cls for cls in (WorkerMetrics, StoreStatsMetrics)
+}
+#: The page's names are for this namespace (the default of both collectors).
+DEFAULT_NAMESPACE = "alkstore"
+#: Other namespaces whose names must be the page's with the prefix replaced.
+OTHER_NAMESPACES = ("shop", "")
+#: prometheus-client adds a ``_created`` series to the counters and histograms it keeps
+#: itself (``WorkerMetrics``'), not to a custom collector's; the page says so in prose.
+CREATED_SERIES = frozenset({"alkstore_trio.contrib.prometheus.WorkerMetrics"})
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family as collected: what a scrape shows of it."""
+
+    type: str
+    #: Label names of its samples (without a histogram's ``le``).
+    labels: frozenset[str]
+    #: The names of its samples (``..._total``, ``..._bucket``, ``..._created``...).
+    series: frozenset[str]
+
+
+def _exposed_name(name: str, kind: str) -> str:
+    """The name a scrape gives a family: prometheus-client's text format (and PromQL)
+    name a counter's samples ``..._total``, while the family itself is named without."""
+    return f"{name}_total" if kind == "counter" else name
+
+
+async def _collect(namespace: str, worker_id_label: bool) -> dict[str, dict[str, Family]]:
+    async def handler(job: Job) -> None:
+        return None
+
+    registries = {dotted: CollectorRegistry() for dotted in COLLECTORS}
+    async with open_store("memory://") as store:
+        emails = store.queue("emails")
+        await emails.enqueue(b"one")
+        # A reading while the queue holds a row, so that its per-queue series exist.
+        queue_stats = StoreStatsMetrics(
+            store,
+            registries["alkstore_trio.contrib.prometheus.StoreStatsMetrics"],
+            namespace=namespace,
+        )
+        assert await queue_stats.poll()
+        metrics = WorkerMetrics(
+            registries["alkstore_trio.contrib.prometheus.WorkerMetrics"],
+            namespace=namespace,
+            worker_id_label=worker_id_label,
+        )
+        worker = Worker(store, {emails: handler})
+        # One job claimed, run and acked: every labelled series, histograms included.
+        with worker.events() as events:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(metrics.run, worker)
+                await nursery.start(worker.run)
+                async for event in events:
+                    if event.kind == "ack":
+                        worker.stop()
+    found: dict[str, dict[str, Family]] = {}
+    for dotted, registry in registries.items():
+        families = {}
+        for family in registry.collect():
+            labels = {name for sample in family.samples for name in sample.labels}
+            if family.type == "histogram":
+                labels.discard("le")
+            families[_exposed_name(family.name, family.type)] = Family(
+                family.type,
+                frozenset(labels),
+                frozenset(sample.name for sample in family.samples),
+            )
+        found[dotted] = families
+    return found
+
+
+@functools.cache
+def exported_metrics(
+    namespace: str = DEFAULT_NAMESPACE, *, worker_id_label: bool = False
+) -> dict[str, dict[str, Family]]:
+    """Collector (dotted name) -> exposed metric name -> what a scrape shows of it."""
+    return trio.run(_collect, namespace, worker_id_label)
+
+
+def _renamed(name: str, namespace: str) -> str:
+    return (f"{namespace}_" if namespace else "") + name.removeprefix(f"{DEFAULT_NAMESPACE}_")
+
+
+def _metric_table_problems(table: Table, dotted: str) -> list[str]:
+    actual = exported_metrics()[dotted]
+    documented = {_spans(row["metric"])[0]: row for row in table.rows}
+    problems = [
+        f"{name} is exported by {dotted} but not on the page ({table.spec})"
+        for name in sorted(actual.keys() - documented.keys())
+    ] + [
+        f"{table.where(documented[name])}: the page lists {name}, which {dotted} does not export"
+        for name in sorted(documented.keys() - actual.keys())
+    ]
+    for name in sorted(actual.keys() & documented.keys()):
+        row, family = documented[name], actual[name]
+        kind = row["type"].split(":")[0].strip()
+        if kind != family.type:
+            problems.append(
+                f"{table.where(row)}: {name} is a {family.type}, the page says {kind!r}"
+            )
+        labels = frozenset(_spans(row["labels"]))
+        if labels != family.labels:
+            problems.append(
+                f"{table.where(row)}: {name} has labels {sorted(family.labels)}, the page says "
+                f"{sorted(labels)}"
+            )
+        base = name.removesuffix("_total") if family.type == "counter" else name
+        suffixes = [span for span in _spans(row["type"]) if span.startswith("_")]
+        series = {name} if not suffixes else {base + suffix for suffix in suffixes}
+        if dotted in CREATED_SERIES and family.type in ("counter", "histogram"):
+            series.add(f"{base}_created")
+        if not family.series <= series or not series - {f"{base}_created"} <= family.series:
+            problems.append(
+                f"{table.where(row)}: {name}'s series are {sorted(family.series)}, the page "
+                f"says {sorted(series)}"
+            )
+    if dotted == "alkstore_trio.contrib.prometheus.WorkerMetrics":
+        for name, family in exported_metrics(worker_id_label=True)[dotted].items():
+            if name in actual and family.labels != actual[name].labels | {"worker_id"}:
+                problems.append(
+                    f"{dotted}(worker_id_label=True): {name} has labels "
+                    f"{sorted(family.labels)}, not the page's and worker_id"
+                )
+    problems += [
+        f"{table.where(documented[name])}: {name} is not in the default namespace"
+        for name in documented
+        if not name.startswith(f"{DEFAULT_NAMESPACE}_")
+    ]
+    # The page's rule for another namespace: it replaces the prefix, "" drops it.
+    for namespace in OTHER_NAMESPACES:
+        names = set(exported_metrics(namespace)[dotted])
+        expected = {_renamed(name, namespace) for name in actual}
+        if names != expected:
+            problems.append(
+                f"{dotted}(namespace={namespace!r}) exports {sorted(names - expected)} "
+                f"instead of {sorted(expected - names)}"
+            )
+    return problems
+
+
+def _metrics_problems(tables: list[Table]) -> list[str]:
+    problems = []
+    listed: dict[str, Table] = {}
+    for table in tables:
+        if table.spec.startswith("metrics "):
+            dotted = table.spec.removeprefix("metrics ").strip()
+            if dotted not in COLLECTORS or dotted in listed:
+                problems.append(
+                    f"configuration.md line {table.line}: {table.spec} names no collector of "
+                    f"{sorted(COLLECTORS)}, or one listed already"
+                )
+                continue
+            listed[dotted] = table
+    problems += [f"no metrics table for {dotted}" for dotted in COLLECTORS if dotted not in listed]
+    for dotted, table in listed.items():
+        problems += _metric_table_problems(table, dotted)
+    return problems
+
+
 def problems(text: str) -> list[str]:
     """Every disagreement between the page's text and the code."""
     tables = read_tables(text)
     found = []
     for table in tables:
-        if table.spec != "env" and not table.spec.startswith("cli"):
+        if table.spec != "env" and not table.spec.startswith(("cli", "metrics ")):
             found += _api_problems(table)
-    return found + _cli_problems(tables) + _env_problems(tables)
+    return found + _cli_problems(tables) + _env_problems(tables) + _metrics_problems(tables)
 
 
 def test_configuration_page_matches_the_code():
@@ -313,6 +486,7 @@ def test_configuration_page_matches_the_code():
         "alkstore_trio.contrib.prometheus.StoreStatsMetrics",
         "cli",
         "cli-by-command",
+        "metrics",
     } <= specs
     assert problems(text) == []
 
@@ -348,6 +522,39 @@ DRIFTS = {
         "| `NO_COLOR` |",
         "| `NO_COLOUR` |",
         "NO_COLOUR, which the package never reads",
+    ),
+    "a metric the page forgot": (
+        "| `alkstore_queue_cancelled_total` | counter | `queue` | live jobs of the queue "
+        "cancelled (D27) |\n",
+        "",
+        "alkstore_queue_cancelled_total is exported by "
+        "alkstore_trio.contrib.prometheus.StoreStatsMetrics but not on the page",
+    ),
+    "a metric that is not exported": (
+        "| `alkstore_jobs_lease_lost_total` | counter |",
+        "| `alkstore_jobs_leases_lost_total` | counter |",
+        "the page lists alkstore_jobs_leases_lost_total, which "
+        "alkstore_trio.contrib.prometheus.WorkerMetrics does not export",
+    ),
+    "a counter without its _total": (
+        "| `alkstore_queue_stats_failures_total` | counter |",
+        "| `alkstore_queue_stats_failures` | counter |",
+        "the page lists alkstore_queue_stats_failures, which",
+    ),
+    "a metric of the wrong type": (
+        "| `alkstore_jobs_in_flight` | gauge |",
+        "| `alkstore_jobs_in_flight` | counter |",
+        "alkstore_jobs_in_flight is a gauge, the page says 'counter'",
+    ),
+    "a label the page forgot": (
+        "| `alkstore_queue_jobs` | gauge | `queue`, `state` |",
+        "| `alkstore_queue_jobs` | gauge | `queue` |",
+        "alkstore_queue_jobs has labels ['queue', 'state'], the page says ['queue']",
+    ),
+    "a histogram series that does not exist": (
+        "| `alkstore_job_run_seconds` | histogram: `_bucket`, `_sum`, `_count` |",
+        "| `alkstore_job_run_seconds` | histogram: `_bucket`, `_sum`, `_count`, `_max` |",
+        "alkstore_job_run_seconds's series are",
     ),
 }
 
