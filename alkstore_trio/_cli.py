@@ -477,6 +477,24 @@ def _one_line(exc: BaseException, password: str | None) -> str:
     return text
 
 
+#: What an operator must know when ``migrate`` takes an existing schema across a version
+#: (never for a fresh schema): printed after the migration, and in ``--dry-run``'s script.
+UPGRADE_NOTES: Final = {
+    3: (
+        "version 3 adds job headers, and workers of the version-2 release still running "
+        "fail to claim until restarted with this release; stop them before migrating "
+        "(docs/how-to/migrate.md, 'Version 3: stop the old workers first')"
+    ),
+}
+
+
+def _upgrade_notes(before: int | None, after: int) -> list[str]:
+    """The notes of the versions an existing schema at ``before`` crosses to ``after``."""
+    if not before:
+        return []
+    return [UPGRADE_NOTES[v] for v in sorted(UPGRADE_NOTES) if before < v <= after]
+
+
 async def _migrate(args: argparse.Namespace) -> int:
     try:
         import psycopg
@@ -524,6 +542,8 @@ async def _migrate(args: argparse.Namespace) -> int:
         print(f"schema {schema!r}: already at version {after}")
     else:
         print(f"schema {schema!r}: version {before or 0} -> {after}")
+        for note in _upgrade_notes(before, after):
+            print(f"note: {note}")
     return EXIT_OK
 
 
@@ -549,6 +569,7 @@ async def _dry_run(conn: Connection, schema: str, where: str) -> str:
         [
             header,
             f"-- schema {schema!r}: version {shown} -> {latest}",
+            *(f"-- note: {note}" for note in _upgrade_notes(version, latest)),
             _schema.migration_script(schema, version),
         ]
     )

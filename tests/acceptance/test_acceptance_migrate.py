@@ -297,3 +297,41 @@ def test_migrate_waits_for_the_advisory_lock_that_dry_run_shows(
             out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out == f"schema '{fresh_schema}': version 0 -> {LATEST}\n"
+
+
+def create_at_version(dsn: str, schema: str, version: int) -> None:
+    """``schema`` as release ``version`` of the library left it: its migrations only."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        for _, sql in _sql.migrations(schema)[:version]:
+            conn.execute(sql.encode())
+        conn.execute(
+            f"INSERT INTO {_sql.quote_ident(schema)}.alk_schema_version (version) VALUES (%s)",
+            [version],
+        )
+
+
+def test_d30_migrate_across_version_3_says_to_stop_the_old_workers(
+    run_command, console_script, pg_dsn, fresh_schema
+):
+    # Version 2's workers fail on the version-3 schema (migrate.md): an operator who
+    # upgrades an existing schema is told so, in the dry run's script and after the run.
+    create_at_version(pg_dsn, fresh_schema, 2)
+    args = ["--dsn", pg_dsn, "--schema", fresh_schema]
+    dry = migrate(run_command, console_script, *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    notes = [line for line in dry.stdout.splitlines() if line.startswith("-- note:")]
+    assert len(notes) == 1
+    assert "workers of the version-2 release" in notes[0]
+    assert "docs/how-to/migrate.md" in notes[0]
+    assert schema_version(pg_dsn, fresh_schema) == 2
+
+    result = migrate(run_command, console_script, *args)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"schema '{fresh_schema}': version 2 -> {LATEST}"
+    assert lines[1] == notes[0].replace("-- note:", "note:")
+    assert len(lines) == 2
+    assert schema_version(pg_dsn, fresh_schema) == LATEST
+
+    again = migrate(run_command, console_script, *args)
+    assert again.stdout == f"schema '{fresh_schema}': already at version {LATEST}\n"
