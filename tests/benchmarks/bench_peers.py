@@ -130,6 +130,17 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def rate_row(name: str, jobs: int, wall: float, cpu: float) -> dict[str, Any]:
+    """A throughput result: ``jobs`` in ``wall`` seconds using ``cpu`` seconds of CPU."""
+    return {
+        "name": name,
+        "jobs": jobs,
+        "rate": jobs / wall,
+        "wall_s": wall,
+        "cpu_us": cpu / jobs * 1e6,
+    }
+
+
 # -- pgqueuer ----------------------------------------------------------------------------
 
 
@@ -164,13 +175,7 @@ async def pgqueuer_enqueue(jobs: int) -> dict[str, Any]:
         stored = count(database, "SELECT count(*) FROM pgqueuer")
         if stored != jobs:
             raise AssertionError(f"pgqueuer enqueue: {stored} rows of {jobs}")
-    return {
-        "name": f"pgqueuer, enqueue {ENQUEUE_CALL} per call",
-        "jobs": jobs,
-        "rate": jobs / wall,
-        "wall_s": wall,
-        "cpu_us": cpu / jobs * 1e6,
-    }
+    return rate_row(f"pgqueuer, enqueue {ENQUEUE_CALL} per call", jobs, wall, cpu)
 
 
 #: pgqueuer's asyncpg pool: its pool driver at 10 connections drained faster than one
@@ -210,13 +215,7 @@ async def pgqueuer_burn(jobs: int, batch: int) -> dict[str, Any]:
         left = count(database, "SELECT count(*) FROM pgqueuer")
         if handled != jobs or left:
             raise AssertionError(f"pgqueuer: {handled} handled of {jobs}, {left} rows left")
-    return {
-        "name": f"pgqueuer, batch {batch}",
-        "jobs": jobs,
-        "rate": jobs / wall,
-        "wall_s": wall,
-        "cpu_us": cpu / jobs * 1e6,
-    }
+    return rate_row(f"pgqueuer, batch {batch}", jobs, wall, cpu)
 
 
 async def pgqueuer_child() -> None:
@@ -274,6 +273,15 @@ def procrastinate_app(database: str, pool_max: int) -> Any:
     return procrastinate.App(connector=connector)
 
 
+async def procrastinate_fill(task: Any, jobs: int) -> None:
+    """Defer ``jobs`` runs of ``task`` with procrastinate's bulk enqueue, 1,000 per call."""
+    left = jobs
+    while left:
+        n = min(ENQUEUE_CALL, left)
+        await task.batch_defer_async(*[{}] * n)
+        left -= n
+
+
 async def procrastinate_enqueue(jobs: int) -> dict[str, Any]:
     """procrastinate's bulk enqueue (``batch_defer_async``, 1,000 jobs per call)."""
     with fresh_database(DATABASES["procrastinate"]) as database:
@@ -286,24 +294,11 @@ async def procrastinate_enqueue(jobs: int) -> dict[str, Any]:
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
 
-            async def fill() -> None:
-                left = jobs
-                while left:
-                    n = min(ENQUEUE_CALL, left)
-                    await noop.batch_defer_async(*[{}] * n)
-                    left -= n
-
-            wall, cpu = await timed(fill)
+            wall, cpu = await timed(lambda: procrastinate_fill(noop, jobs))
         stored = count(database, "SELECT count(*) FROM procrastinate_jobs")
         if stored != jobs:
             raise AssertionError(f"procrastinate enqueue: {stored} rows of {jobs}")
-    return {
-        "name": f"procrastinate, enqueue {ENQUEUE_CALL} per call",
-        "jobs": jobs,
-        "rate": jobs / wall,
-        "wall_s": wall,
-        "cpu_us": cpu / jobs * 1e6,
-    }
+    return rate_row(f"procrastinate, enqueue {ENQUEUE_CALL} per call", jobs, wall, cpu)
 
 
 async def procrastinate_burn(jobs: int, concurrency: int) -> dict[str, Any]:
@@ -318,11 +313,7 @@ async def procrastinate_burn(jobs: int, concurrency: int) -> dict[str, Any]:
 
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
-            left = jobs
-            while left:
-                n = min(ENQUEUE_CALL, left)
-                await noop.batch_defer_async(*[{}] * n)
-                left -= n
+            await procrastinate_fill(noop, jobs)
             wall, cpu = await timed(
                 lambda: app.run_worker_async(
                     concurrency=concurrency, wait=False, install_signal_handlers=False
@@ -336,13 +327,7 @@ async def procrastinate_burn(jobs: int, concurrency: int) -> dict[str, Any]:
             raise AssertionError(
                 f"procrastinate: {handled} handled of {jobs}, {waiting} waiting, {done} succeeded"
             )
-    return {
-        "name": f"procrastinate, concurrency {concurrency}",
-        "jobs": jobs,
-        "rate": jobs / wall,
-        "wall_s": wall,
-        "cpu_us": cpu / jobs * 1e6,
-    }
+    return rate_row(f"procrastinate, concurrency {concurrency}", jobs, wall, cpu)
 
 
 async def procrastinate_child() -> None:
