@@ -1019,26 +1019,39 @@ PEERS_PYTHON = os.environ.get("ALKSTORE_PEERS_PYTHON", "/work/peers-venv/bin/pyt
 PGQUEUER_ENQUEUE_TARGET = 1.5
 
 
-def run_peer_enqueues(jobs: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The peers' bulk enqueue of ``jobs`` (1,000 per call), by ``bench_peers.py`` under
-    the peers' virtualenv; ``[]`` (and a line saying why) without it."""
-    if not Path(PEERS_PYTHON).exists():
-        log(f"peers' enqueue skipped: no peers virtualenv at {PEERS_PYTHON} (see bench_peers.py)")
-        return []
+def run_bench_peers(args: list[str], log: Callable[[str], None]) -> dict[str, Any]:
+    """``bench_peers.py`` with ``args`` under the peers' virtualenv (which must exist),
+    its output lines logged; its results, as it writes them with ``--json-out``."""
     with TemporaryDirectory() as tmp:
         out = Path(tmp) / "peers.json"
         cmd = [PEERS_PYTHON, str(Path(__file__).with_name("bench_peers.py"))]
-        cmd += ["--only", "enqueue", "--jobs", str(jobs), "--json-out", str(out)]
         env = {**os.environ, "ALKSTORE_BENCH_DSN": dsn()}
         proc = subprocess.run(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
+            [*cmd, *args, "--json-out", str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=3600,
         )
         for line in proc.stdout.splitlines():
             log("  peers: " + line)
         if proc.returncode != 0:
             raise RuntimeError(f"bench_peers.py failed ({proc.returncode})")
-        rows: list[dict[str, Any]] = json.loads(out.read_text())["enqueue"]
-        return rows
+        results: dict[str, Any] = json.loads(out.read_text())
+        return results
+
+
+def run_peer_enqueues(jobs: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The peers' bulk enqueue of ``jobs`` (1,000 per call); ``[]`` (and a line saying
+    why) without the peers' virtualenv."""
+    if not Path(PEERS_PYTHON).exists():
+        log(f"peers' enqueue skipped: no peers virtualenv at {PEERS_PYTHON} (see bench_peers.py)")
+        return []
+    rows: list[dict[str, Any]] = run_bench_peers(["--only", "enqueue", "--jobs", str(jobs)], log)[
+        "enqueue"
+    ]
+    return rows
 
 
 def format_peer_enqueues(cases: list[Case], peers: list[dict[str, Any]]) -> str:

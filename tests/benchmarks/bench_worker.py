@@ -57,14 +57,12 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import os
 import random
 import resource
 import select
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -102,7 +100,7 @@ PAYLOAD = bp.PAYLOAD
 PREFILL_CALL = 1000
 CLAIM_BATCH = 100
 #: The virtualenv's python that runs ``bench_peers.py``.
-PEERS_PYTHON = os.environ.get("ALKSTORE_PEERS_PYTHON", "/work/peers-venv/bin/python")
+PEERS_PYTHON = bp.PEERS_PYTHON
 #: Producer tasks of the steady-state case.
 PRODUCER_TASKS = 4
 #: The pause before each latency sample (uniform, seconds): the consumer is idle.
@@ -752,29 +750,8 @@ def run_peers(jobs: int, samples: int, quick: bool, log: Callable[[str], None]) 
     """``bench_peers.py`` under the peers' virtualenv; ``{"skipped": why}`` without it."""
     if not Path(PEERS_PYTHON).exists():
         return {"skipped": f"no peers virtualenv at {PEERS_PYTHON} (see bench_peers.py)"}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "peers.json"
-        cmd = [
-            PEERS_PYTHON,
-            str(Path(__file__).with_name("bench_peers.py")),
-            "--jobs",
-            str(jobs),
-            "--samples",
-            str(samples),
-            "--json-out",
-            str(out),
-        ]
-        if quick:
-            cmd.append("--quick")
-        env = {**os.environ, "ALKSTORE_BENCH_DSN": bp.dsn()}
-        proc = subprocess.run(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600
-        )
-        for line in proc.stdout.splitlines():
-            log("  peers: " + line)
-        if proc.returncode != 0:
-            raise RuntimeError(f"bench_peers.py failed ({proc.returncode})")
-        return json.loads(out.read_text())
+    args = ["--jobs", str(jobs), "--samples", str(samples), *(["--quick"] if quick else [])]
+    return bp.run_bench_peers(args, log)
 
 
 # -- reporting ---------------------------------------------------------------------------
