@@ -343,11 +343,12 @@ def test_explain_every_query_has_representative_values():
         assert params_for(name, data), name
 
 
-_NAMED_PARAM = re.compile(r"%\((\w+)\)s")
+_NAMED_PARAM = re.compile(r"%\((\w+)\)[sb]")
 
 
 def to_positional(query: str) -> tuple[str, list[str]]:
-    """``%(name)s`` placeholders as ``$n`` (one number per name), and the names in order."""
+    """``%(name)s`` and ``%(name)b`` placeholders as ``$n`` (one number per name), and the
+    names in order."""
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:

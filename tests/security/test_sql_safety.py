@@ -5,8 +5,8 @@ schema-qualified, secrets and payloads never leak.
   ``%``, ``+``, ``.format`` or ``.replace`` applied to SQL text may only interpolate a
   quoted identifier (``quote_ident``, ``psycopg.sql.Identifier``) or a value derived from
   one in the same function; the ``.sql`` files use no placeholder but ``@schema@`` and
-  ``%(name)s`` bound parameters, and name every table and library function through
-  ``@schema@.`` (``pg_catalog.`` for the catalog).
+  ``%(name)s`` bound parameters (``%(name)b`` when sent in binary), and name every table
+  and library function through ``@schema@.`` (``pg_catalog.`` for the catalog).
 - **Hostile search_path.** A schema of look-alikes (``alk_now()`` returning 1970, ``jobs``,
   ``dead_jobs``, ``alk_schema_version`` at version 999999, with claimable rows) is put
   first on every session's ``search_path`` through the DSN (``options=-csearch_path=...``);
@@ -246,7 +246,7 @@ def ok2(schema):
 
 
 SQL_PLACEHOLDER = re.compile(r"@(\w+)@")
-SQL_PERCENT = re.compile(r"%(?!\(\w+\)s|%)")
+SQL_PERCENT = re.compile(r"%(?!\(\w+\)[sb]|%)")
 #: Relations named after these keywords must be qualified (CTE names excepted).
 SQL_RELATION = re.compile(
     r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE|REFERENCES|ON)\s+(?!ONLY\b)([A-Za-z_@][\w@.]*)"
@@ -285,7 +285,7 @@ def _strip_comments(text: str) -> str:
 def test_security_sql_files_use_only_the_schema_placeholder_and_bound_parameters(path, figures):
     text = _strip_comments(path.read_text(encoding="utf-8"))
     assert set(SQL_PLACEHOLDER.findall(text)) <= {"schema"}
-    assert SQL_PERCENT.findall(text) == []  # only %(name)s parameters (and %%)
+    assert SQL_PERCENT.findall(text) == []  # only %(name)s / %(name)b parameters (and %%)
     assert "{" not in text.replace("'{}'", "")  # no str.format fields
     figures.record(sql_files=1)
 

@@ -1,6 +1,8 @@
 -- The contract in SQL: one named block per operation, loaded once per store.
 -- The schema placeholder is replaced by the quoted schema name; %(name)s are bound parameters
--- (sent separately from the query text, never interpolated).
+-- (sent separately from the query text, never interpolated), %(name)b the same sent in
+-- binary: the payloads, which the text format would escape one by one (for enqueue_many
+-- of 1,000 jobs that escaping was 20 % of the client's CPU).
 -- Every statement runs alone in autocommit mode (or inside the caller's transaction
 -- for tx_enqueue) and reads the clock through the schema's alk_now(): the database's
 -- clock, once per statement, never the client's.
@@ -50,7 +52,7 @@ WITH inserted AS (
         t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
         t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
     FROM (SELECT @schema@.alk_now() AS now) AS t,
-        unnest(%(payloads)s::bytea[]) WITH ORDINALITY AS p (payload, ord)
+        unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS p (payload, ord)
     ORDER BY p.ord
     RETURNING id
 )
@@ -67,7 +69,7 @@ WITH inserted AS (
         visibility_timeout_s, backoff_base_s, expires_at, headers
     )
     SELECT
-        %(queue)s::text, %(payload)s::bytea, %(priority)s::integer, 'pending', 0,
+        %(queue)s::text, %(payload)b::bytea, %(priority)s::integer, 'pending', 0,
         %(max_attempts)s::integer,
         CASE
             WHEN %(delay_s)s::float8 IS NOT NULL
