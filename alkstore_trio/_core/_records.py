@@ -234,16 +234,18 @@ class StoreStats:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueSpec:
+class EnqueueSpec(NamedTuple):
     """Validated input for one row to enqueue, not yet resolved against a clock.
 
     ``max_attempts`` is already resolved (the per-job override or the stamp); the times
     are resolved by :func:`alkstore_trio._core.enqueued_job` with the engine's ``now``.
+    A named tuple rather than a frozen dataclass: ``enqueue_many`` makes one per payload,
+    and building a frozen dataclass cost more than the rest of the call's validation.
+    Its ``repr`` leaves out the payload and the headers.
     """
 
     queue: str
-    payload: bytes = field(repr=False)
+    payload: bytes
     priority: int
     delay_s: float | None
     run_at: datetime | None
@@ -251,7 +253,16 @@ class EnqueueSpec:
     visibility_timeout_s: float
     backoff_base_s: float
     expires_in_s: float | None
-    headers: Headers = field(default=NO_HEADERS, repr=False)
+    headers: Headers = NO_HEADERS
+
+    def __repr__(self) -> str:
+        return (
+            f"EnqueueSpec(queue={self.queue!r}, priority={self.priority!r}, "
+            f"delay_s={self.delay_s!r}, run_at={self.run_at!r}, "
+            f"max_attempts={self.max_attempts!r}, "
+            f"visibility_timeout_s={self.visibility_timeout_s!r}, "
+            f"backoff_base_s={self.backoff_base_s!r}, expires_in_s={self.expires_in_s!r})"
+        )
 
 
 def enqueue_specs(
