@@ -221,18 +221,21 @@ def check_text(param: str, value: object, *, max_chars: int) -> str:
     return _check_storable(param, value, max_chars=max_chars)
 
 
-def _check_storable(param: str, value: str, *, max_chars: int) -> str:
-    if len(value) > max_chars:
+def _check_storable(param: str, value: str, *, max_chars: int | None, echo: bool = True) -> str:
+    """``value`` fits every engine: at most ``max_chars`` characters (``None``: no
+    bound), no NUL, no lone surrogate. With ``echo=False`` the message never shows it."""
+    if max_chars is not None and len(value) > max_chars:
         raise InvalidArgument(
             f"{param} must be at most {max_chars} characters; got {len(value)} characters"
         )
+    got = f"; got {_show(value)}" if echo else ""
     if "\x00" in value:
-        raise InvalidArgument(f"{param} must not contain NUL characters; got {_show(value)}")
+        raise InvalidArgument(f"{param} must not contain NUL characters{got}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(
-            f"{param} must be valid Unicode text (no lone surrogates); got {_show(value)}"
+            f"{param} must be valid Unicode text (no lone surrogates){got}"
         ) from None
     return value
 
@@ -265,7 +268,7 @@ def check_headers(value: object) -> list[tuple[str, str]]:
             raise InvalidArgument(
                 f"header {_show(name)} must have a str value; got a {type(text).__name__}"
             )
-        _check_storable_quietly(f"header {_show(name)}", text)
+        _check_storable(f"header {_show(name)}", text, max_chars=None, echo=False)
         total += len(name.encode("utf-8")) + len(text.encode("utf-8"))
     if total > HEADERS_MAX_BYTES:
         raise InvalidArgument(
@@ -273,16 +276,6 @@ def check_headers(value: object) -> list[tuple[str, str]]:
             f"(UTF-8); got {total} bytes"
         )
     return pairs
-
-
-def _check_storable_quietly(param: str, value: str) -> None:
-    """:func:`_check_storable` for a value that must not appear in the message."""
-    if "\x00" in value:
-        raise InvalidArgument(f"{param} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument(f"{param} must be valid Unicode text (no lone surrogates)") from None
 
 
 def check_worker_id(value: object) -> str:
