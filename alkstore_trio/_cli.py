@@ -43,6 +43,7 @@ from ._demo import format_summary, run_demo
 from ._errors import AlkstoreError, EngineError, InvalidArgument, SchemaError
 from ._open import open_store
 from ._runtime import SupervisorEscalated
+from ._util import finite_number
 from ._worker_cli import (
     HandlerImportFailed,
     QueueSpecError,
@@ -111,7 +112,7 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < math.inf:
+    if (number := finite_number(value)) is None or number <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
     return value
 

@@ -44,6 +44,7 @@ import trio
 from ._core import _validate as v
 from ._errors import InvalidArgument
 from ._runtime import Worker, WorkerStatistics
+from ._util import is_async_callable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -141,14 +142,6 @@ def make_cwd_importable() -> None:
     sys.path.insert(0, cwd)
 
 
-def _is_async_callable(obj: object) -> bool:
-    if inspect.iscoroutinefunction(obj):
-        return True
-    # An instance of a class with ``async def __call__``.
-    call = getattr(type(obj), "__call__", None)  # noqa: B004 - the method, not callable()
-    return not inspect.isclass(obj) and inspect.iscoroutinefunction(call)
-
-
 def _import(spec: QueueSpec) -> Any:
     try:
         return importlib.import_module(spec.module)
@@ -193,7 +186,7 @@ def load_handler(spec: QueueSpec) -> Handler:
                 f"--queue {str(spec)!r}: {path!r} has no attribute {part!r}; {hint}"
             ) from None
         path = f"{path}.{part}" if path != spec.module else f"{path}:{part}"
-    if not _is_async_callable(obj):
+    if not is_async_callable(obj):
         raise QueueSpecError(
             f"--queue {str(spec)!r}: {path} is {_kind(obj)}, not an async function; a "
             "handler is 'async def handler(job) -> None'"

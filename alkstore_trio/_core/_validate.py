@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 from .._errors import InvalidArgument
@@ -298,8 +298,3 @@ def check_batch_size(value: object) -> int:
     if not _is_int(value):
         raise InvalidArgument(f"n must be an int; got {_show(value)}")
     return value  # type: ignore[return-value]
-
-
-def seconds(value: float) -> timedelta:
-    """A validated duration as a timedelta (microsecond resolution)."""
-    return timedelta(seconds=value)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from .._util import lone_exception
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -28,9 +30,9 @@ async def open_background_nursery() -> AsyncIterator[trio.Nursery]:
         async with trio.open_nursery() as nursery:
             yield nursery
     except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
+        lone = lone_exception(group)
+        if lone is group:
             raise
-        lone = group.exceptions[0]
     if lone is not None:
         # Raised outside the except block, so the group is not chained as its context.
         raise lone

@@ -46,6 +46,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, ParamSpec
 
 from .._errors import AlkstoreError, InvalidArgument
+from .._util import is_async_callable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
@@ -163,18 +164,6 @@ async def _run(
             f"(a trio function?): {exc}. Drop @asyncio_handler for a trio handler, or "
             "call trio code from asyncio code with trio_asyncio.trio_as_aio"
         ) from exc
-
-
-def is_async_callable(fn: object) -> bool:
-    """Whether calling ``fn`` returns a coroutine: an ``async def`` function or method, a
-    :func:`functools.partial` of one, or an object whose ``__call__`` is ``async def``."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.iscoroutinefunction(fn):
-        return True
-    if isinstance(fn, type) or inspect.isroutine(fn) or not callable(fn):
-        return False
-    return inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def is_marked(handler: object) -> bool:

@@ -9,7 +9,7 @@ them from the handler's top level.
 
 from __future__ import annotations
 
-import math
+from .._util import finite_number
 
 
 class Retry(Exception):
@@ -30,12 +30,7 @@ class Retry(Exception):
     """
 
     def __init__(self, delay_s: float | None = None, error: str | None = None) -> None:
-        if delay_s is not None and (
-            isinstance(delay_s, bool)
-            or not isinstance(delay_s, int | float)
-            or not math.isfinite(delay_s)
-            or delay_s < 0
-        ):
+        if delay_s is not None and ((number := finite_number(delay_s)) is None or number < 0):
             raise ValueError(f"delay_s must be None or a finite number >= 0; got {delay_s!r}")
         super().__init__(error if error is not None else "retry requested")
         self.delay_s = None if delay_s is None else float(delay_s)

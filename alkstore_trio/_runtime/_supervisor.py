@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, final, get_arg
 import trio
 
 from .._errors import AlkstoreError, InvalidArgument
+from .._util import finite_number, lone_exception
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -635,7 +636,7 @@ async def open_supervisor(
     except BaseExceptionGroup as group:
         # Children never raise an Exception (the wrapper catches it), so the group holds
         # the block's exception and any BaseException a child let through.
-        failure = group.exceptions[0] if len(group.exceptions) == 1 else group
+        failure = lone_exception(group)
     # Raised outside the except block, so that the group is not chained as the context.
     escalation = None if supervisor is None else supervisor._escalation
     if failure is not None and (escalation is None or not isinstance(failure, Exception)):
@@ -670,13 +671,8 @@ def _check_name(param: str, value: object) -> None:
 
 
 def _check_seconds(param: str, value: object, *, minimum: float, inclusive: bool) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < minimum
-        or (value == minimum and not inclusive)
-    ):
+    number = finite_number(value)
+    if number is None or number < minimum or (number == minimum and not inclusive):
         bound = ">=" if inclusive else ">"
         raise InvalidArgument(
             f"{param} must be a finite number of seconds {bound} {minimum:g}; got {value!r}"

@@ -49,7 +49,8 @@ import trio
 from .._core import _validate as v
 from .._errors import EngineError, InvalidArgument
 from .._store import Queue, Store
-from ._asyncio import is_async_callable, open_loop_if_needed
+from .._util import is_async_callable, lone_exception
+from ._asyncio import open_loop_if_needed
 from ._outcomes import Fail, Retry
 from ._supervisor import open_supervisor
 
@@ -548,7 +549,7 @@ class Worker:
                 finally:
                     await self._finalize(inbox)
         except BaseExceptionGroup as group:
-            failure = group.exceptions[0] if len(group.exceptions) == 1 else group
+            failure = lone_exception(group)
         finally:
             self._log(logging.INFO, "worker_stop", None, "stopped")
             self._finished = True

@@ -711,8 +711,9 @@ def test_r1_the_runtime_imports_no_engine():
 
 
 def test_r1_the_supervisor_needs_only_trio_and_the_errors():
+    # The errors and the pure shared helpers (no trio, no engine): nothing of the store.
     imported = imports_of(RUNTIME / "_supervisor.py")
-    assert {name for name in imported if name.startswith(".")} == {".._errors"}
+    assert {name for name in imported if name.startswith(".")} == {".._errors", ".._util"}
     assert "trio" in imported
 
 
