@@ -2,11 +2,14 @@
 
 Layers, each importing only the ones below it (checked by import-linter):
 
-- ``_errors``, ``_core``: the error hierarchy and the pure contract (records,
-  validation, backoff, transitions, the indexed in-memory table); no I/O, no trio.
-- ``_engines``: the backend protocol and the engines (the in-memory engine actor).
+- ``_util``, ``_errors``, ``_core``: shared helpers, the error hierarchy and the pure
+  contract (records, validation, backoff, transitions, claim order, retention); no I/O,
+  no trio.
+- ``_engines``: the engine protocol (public as ``alkstore_trio.engine``) and the engines:
+  the in-memory engine actor with its indexed table, and the PostgreSQL engine. Neither
+  engine imports the other; psycopg is imported only inside the PostgreSQL engine.
 - ``_store``: the public ``Store``/``Queue``/``JobHandle``/``Transaction`` facade,
-  identical on every engine; ``_open``: ``open_store``.
+  identical on every engine; ``_open``: ``open_store`` (a URL or an engine instance).
 - ``_runtime``: supervision (``open_supervisor``) and the ``Worker``; never imports an
   engine.
 - ``testing``: manual clock, reference model, conformance suite, state machine.

@@ -1,30 +1,32 @@
-"""``open_store``: pick the engine from the URL and run it for an ``async with`` block."""
+"""``open_store``: make (or take) an engine and run a store on it for an ``async with`` block."""
 
 from __future__ import annotations
 
 import random
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from ._core import _validate as v
-from ._engines._memory import Clock, open_memory_backend
+from ._engines._memory import Clock, MemoryEngine
 from ._errors import InvalidArgument
 from ._store import Store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from contextlib import AbstractAsyncContextManager
 
-    from ._engines._protocol import Backend
+    from ._engines._protocol import Engine
 
-
-class WallClock:
-    """The default clock of the in-memory engine: ``datetime.now(timezone.utc)``."""
-
-    def now(self) -> datetime:
-        """The current UTC time."""
-        return datetime.now(UTC)
+#: ``open_store``'s engine options and their defaults: given with an engine instance,
+#: they would be silently ignored, so they are refused (the instance has its own).
+_ENGINE_DEFAULTS = {
+    "clock": None,
+    "schema": "alkstore",
+    "pool_size": 10,
+    "connect_timeout_s": 10.0,
+    "migrate": "check",
+    "application_name": "alkstore_trio",
+    "listen": True,
+}
 
 
 def _redacted(url: object) -> str:
@@ -43,9 +45,18 @@ def _is_postgres(url: str) -> bool:
     return not scheme and "=" in url
 
 
+def _is_engine(value: object) -> TypeGuard[Engine]:
+    """Whether ``value`` looks like an :class:`~alkstore_trio.engine.Engine` instance (the
+    protocol is structural: an ``open`` method and the two paths' methods)."""
+    return not isinstance(value, type) and all(
+        callable(getattr(value, name, None))
+        for name in ("open", "claim", "enqueue", "ack", "stats", "transaction", "aclose")
+    )
+
+
 @asynccontextmanager
 async def open_store(
-    url: str,
+    url: str | Engine,
     *,
     clock: Clock | None = None,
     rng: random.Random | None = None,
@@ -66,9 +77,13 @@ async def open_store(
             await emails.enqueue(b'{"to": "ada@example.com"}')
 
     Args:
-        url: Which engine: ``"memory://"`` for the embedded in-memory engine, or a
+        url: Which engine: ``"memory://"`` for the embedded in-memory engine, a
             PostgreSQL URL (``postgresql://user@host/db``) or libpq conninfo
-            (``"host=db dbname=jobs"``) for the PostgreSQL engine.
+            (``"host=db dbname=jobs"``) for the PostgreSQL engine, or an engine
+            instance (:class:`alkstore_trio.engine.MemoryEngine`,
+            :class:`alkstore_trio.engine.PostgresEngine`, or any
+            :class:`alkstore_trio.engine.Engine`), which then carries its own options:
+            the engine options below must be left at their defaults (Q14).
         clock: In-memory engine only: anything with ``now()`` returning a timezone-aware
             UTC datetime (default: the wall clock). Tests pass a
             :class:`alkstore_trio.testing.ManualClock`. PostgreSQL always uses the
@@ -92,48 +107,59 @@ async def open_store(
             listening processes elsewhere are still woken.
 
     Raises:
-        InvalidArgument: the URL or an option is invalid.
+        InvalidArgument: the URL or an option is invalid, or an engine option was given
+            with an engine instance.
         SchemaError: PostgreSQL: the schema is missing, older or newer.
         EngineError: PostgreSQL: the database cannot be reached.
     """
-    if not isinstance(url, str):
-        raise InvalidArgument(f"url must be a str such as 'memory://'; got {_redacted(url)}")
     if rng is not None and not isinstance(rng, random.Random):
         raise InvalidArgument(f"rng must be a random.Random or None; got {type(rng).__name__}")
-    if clock is not None and (isinstance(clock, type) or not callable(getattr(clock, "now", None))):
-        raise InvalidArgument(
-            "clock must have a now() method returning an aware datetime; "
-            f"got {type(clock).__name__}"
-        )
     max_bytes = v.check_int("max_payload_bytes", max_payload_bytes, lo=0, hi=2**30)
+    options: dict[str, object] = {
+        "clock": clock,
+        "schema": schema,
+        "pool_size": pool_size,
+        "connect_timeout_s": connect_timeout_s,
+        "migrate": migrate,
+        "application_name": application_name,
+        "listen": listen,
+    }
+    if isinstance(url, str):
+        engine = _engine_for_url(url, options)
+    elif _is_engine(url):
+        given = [name for name, default in _ENGINE_DEFAULTS.items() if options[name] != default]
+        if given:
+            raise InvalidArgument(
+                f"{', '.join(given)} cannot be given with an engine instance: pass "
+                f"{'it' if len(given) == 1 else 'them'} to the engine's constructor"
+            )
+        engine = url
+    else:
+        raise InvalidArgument(
+            f"url must be a str such as 'memory://' or an engine instance; got {_redacted(url)}"
+        )
+    async with engine.open():
+        store = Store(engine, rng=rng or random.Random(), max_payload_bytes=max_bytes)
+        try:
+            yield store
+        finally:
+            store._closed = True
+
+
+def _engine_for_url(url: str, options: dict[str, object]) -> Engine:
+    """The engine a URL names, made from ``open_store``'s engine options."""
+    clock = options.pop("clock")
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    engine: AbstractAsyncContextManager[Backend]
     if scheme == "memory":
-        engine = open_memory_backend(clock or WallClock())
-    elif _is_postgres(url):
+        return MemoryEngine(clock)  # type: ignore[arg-type]
+    if _is_postgres(url):
         if clock is not None:
             raise InvalidArgument(
                 "clock is for the in-memory engine only; PostgreSQL uses the database clock"
             )
         from ._engines._postgres import _backend as pg  # psycopg is an optional extra
 
-        options = pg.check_options(
-            schema=schema,
-            pool_size=pool_size,
-            connect_timeout_s=connect_timeout_s,
-            migrate=migrate,
-            application_name=application_name,
-            listen=listen,
-        )
-        engine = pg.open_postgres_backend(url, **options)
-    else:
-        raise InvalidArgument(
-            "url must be 'memory://', a postgresql:// URL or a libpq conninfo; "
-            f"got {_redacted(url)}"
-        )
-    async with engine as backend:
-        store = Store(backend, rng=rng or random.Random(), max_payload_bytes=max_bytes)
-        try:
-            yield store
-        finally:
-            store._closed = True
+        return pg.PostgresEngine(url, **options)  # type: ignore[arg-type]
+    raise InvalidArgument(
+        f"url must be 'memory://', a postgresql:// URL or a libpq conninfo; got {_redacted(url)}"
+    )

@@ -2,8 +2,10 @@
 
 Synchronous, no I/O, no clock reads, no trio. It holds the records (options, job row,
 enqueue input), the validation of every argument, enqueue resolution, the backoff curve,
-every state transition as a function of (row, now, inputs), and the indexed in-memory
-table that the in-memory engine runs. Every engine is checked against the same rules.
+and every state transition as a function of (row, now, inputs), with the claim order and
+the retention rules that every engine follows (the in-memory engine's index calls them;
+the SQL's order and retention are checked against them by the tests). The in-memory
+engine's index itself lives with that engine, in ``_engines._memory``.
 """
 
 from ._records import DEFAULT_OPTS as DEFAULT_OPTS
@@ -17,7 +19,6 @@ from ._records import QueueStats as QueueStats
 from ._records import StoreStats as StoreStats
 from ._records import SweepResult as SweepResult
 from ._records import enqueue_specs as enqueue_specs
-from ._table import JobTable as JobTable
 from ._transitions import EXPIRED as EXPIRED
 from ._transitions import FAILED as FAILED
 from ._transitions import MAX_ATTEMPTS_EXCEEDED as MAX_ATTEMPTS_EXCEEDED

@@ -218,9 +218,6 @@ def is_dead_older_than(job: Job, now: datetime, older_than_s: float | None) -> b
 
 
 def is_purgeable(job: Job, now: datetime, retention_s: float | None) -> bool:
-    """Q9: a dead row whose retention ran out (``None`` keeps it forever)."""
-    return (
-        retention_s is not None
-        and job.died_at is not None
-        and job.died_at + timedelta(seconds=retention_s) < now
-    )
+    """Q9: a dead row whose retention ran out (``None`` keeps it forever): the sweep's
+    side of :func:`is_dead_older_than`."""
+    return retention_s is not None and is_dead_older_than(job, now, retention_s)

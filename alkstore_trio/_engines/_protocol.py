@@ -1,15 +1,27 @@
-"""The backend protocol: what an engine must provide to the public ``Store`` facade.
+"""The engine seam: what an engine provides to the public ``Store`` facade.
 
-Arguments arrive validated and canonical (see ``alkstore_trio._core._validate``); an
-engine only reads its clock, applies the contract's transitions atomically and reports
-refusals as ``False``. Driver exceptions become :class:`~alkstore_trio.EngineError` at this
-boundary; a call after :meth:`Backend.aclose` raises :class:`~alkstore_trio.StoreClosed`.
+The seam is split by who uses it, so that a new operation is one method in one place:
+
+- :class:`WorkPath`: producers and workers (enqueue, claim, heartbeat, ack, retry, fail).
+  Every operation on claims takes a list: one ack is a batch of one (Q13), and an engine
+  may still choose a one-row statement inside.
+- :class:`OperatorPath`: reads and operator actions (get, list, stats, cancel, redrive,
+  purge, sweep).
+- :class:`Engine`: both paths, plus the lifecycle (``open``/``aclose``), transactions
+  (Q10) and wake listeners.
+
+Arguments arrive validated and canonical (``alkstore_trio._core._validate`` has checked
+them in the store facade): an engine reads its clock once per operation, applies the
+contract's transitions atomically and reports refusals as ``False`` or by leaving an id
+out, never as an exception. Driver exceptions become :class:`~alkstore_trio.EngineError`
+at this boundary; a call after :meth:`Engine.aclose` raises
+:class:`~alkstore_trio.StoreClosed`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -22,7 +34,34 @@ if TYPE_CHECKING:
 SqlParams: TypeAlias = Sequence[object] | Mapping[str, object]
 
 
-class TransactionBackend(Protocol):
+class Claim(NamedTuple):
+    """One claim to act on: the job's id and its claim token (the job's ``attempts``
+    right after the claim, Q3)."""
+
+    job_id: int
+    token: int
+
+
+class RetryItem(NamedTuple):
+    """One claim to retry (Q4, Q13): back to pending after ``delay_s`` seconds, or dead
+    with ``error`` when the claim was the job's last allowed attempt (then ``delay_s`` is
+    ``None``; the store resolves the backoff draw before calling the engine, D2)."""
+
+    job_id: int
+    token: int
+    error: str | None
+    delay_s: float | None
+
+
+class FailItem(NamedTuple):
+    """One claim to fail (Q4, Q13): dead now with ``error`` (``None``: ``"failed"``)."""
+
+    job_id: int
+    token: int
+    error: str | None
+
+
+class EngineTransaction(Protocol):
     """One open engine transaction (Q10)."""
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
@@ -30,98 +69,71 @@ class TransactionBackend(Protocol):
         ...
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
-        """Run the caller's own statement in the transaction; its rows (or ``[]``)."""
+        """Run the caller's own statement in the transaction; its rows (or ``[]``).
+        An engine without SQL raises ``InvalidArgument``."""
         ...
 
 
-class Backend(Protocol):
-    """One engine instance behind one store."""
+class WorkPath(Protocol):
+    """The operations of producers and workers: the hot path.
+
+    The claim operations take claims of one queue. Each claim is checked against Q4's
+    validity predicate V (row live in this queue, processing, token equal to its
+    attempts, now <= deadline) inside the same atomic step as its effect, with one clock
+    read for the whole batch (Q13).
+    """
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
-        """Q2: insert all rows atomically with one clock read; wake their queues."""
+        """Q2: insert all rows atomically with one clock read; wake their queues. The new
+        ids, in the order of ``specs`` (``specs`` is never empty)."""
         ...
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
-        """Q3: pre-claim sweep and up to ``n`` claims (``n >= 1``), atomically."""
+        """Q3: the pre-claim sweep and up to ``n`` claims (``n >= 1``), atomically; the
+        jobs claimed, in claim order (``alkstore_trio._core.claim_order_key``)."""
         ...
 
-    async def heartbeat(self, queue: str, job_id: int, token: int, extend_s: float | None) -> bool:
-        """Q4 heartbeat under the validity predicate."""
+    async def heartbeat(
+        self, queue: str, claims: Sequence[Claim], extend_s: float | None
+    ) -> list[int]:
+        """Q4/Q13: renew each distinct valid claim (an absolute reset to now + ``extend_s``,
+        default the row's ``visibility_timeout_s``); the ids renewed."""
         ...
 
-    async def ack(self, queue: str, job_id: int, token: int) -> bool:
-        """Q4 ack under the validity predicate."""
+    async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        """Q4/Q13: delete each distinct valid claim's row; the ids deleted."""
         ...
 
-    async def retry(
-        self, queue: str, job_id: int, token: int, error: str | None, delay_s: float | None
-    ) -> bool:
-        """Q4 retry under the validity predicate; ``delay_s`` is resolved by the caller
-        (``None`` only when the claim was the last allowed one)."""
+    async def ack_and_claim(
+        self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        """Q13 (D21): :meth:`ack`, then :meth:`claim` (``n >= 1``), atomically in one step
+        with one clock read; the ids deleted and the jobs claimed (claim order)."""
         ...
 
-    async def fail(self, queue: str, job_id: int, token: int, error: str | None) -> bool:
-        """Q4 fail under the validity predicate."""
+    async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
+        """Q4/Q13 (D20): retry each item whose claim is valid; one bool per item, in
+        order. A job listed twice is retried at most once, by its first item with a
+        valid claim; its later items are refused."""
+        ...
+
+    async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
+        """Q4/Q13 (D20): fail each item whose claim is valid; one bool per item, in order
+        (a job listed twice as in :meth:`retry`)."""
         ...
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
-        """Q6: distinct ids; count of rows deleted."""
+        """Q6: delete each of these distinct ids that is processing within its deadline
+        in this queue, whoever holds it (no token check); how many."""
         ...
 
-    async def heartbeat_claims(
-        self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
-    ) -> list[int]:
-        """R2: renew each (job id, claim token) whose claim is valid (Q4's V) in this
-        queue (an absolute reset, as :meth:`heartbeat`), atomically in one statement;
-        the ids renewed."""
-        ...
 
-    async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
-        """R2: delete each (job id, claim token) whose claim is valid (Q4's V) in this
-        queue, atomically in one statement; the ids deleted."""
-        ...
+class OperatorPath(Protocol):
+    """Reads and operator actions: off the hot path."""
 
-    async def ack_claims_and_claim(
-        self, queue: str, claims: Sequence[tuple[int, int]], worker_id: str, n: int
-    ) -> tuple[list[int], list[Job]]:
-        """R2 (D21): :meth:`ack_claims`, then :meth:`claim` (the pre-claim sweep and up
-        to ``n`` claims, ``n >= 1``), atomically in one step with one clock read; the ids
-        deleted and the jobs claimed (claim order)."""
-        ...
-
-    async def retry_claims(
-        self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
-    ) -> list[bool]:
-        """R2 (D20): retry each (job id, claim token, error, delay_s) whose claim is valid
-        (Q4's V) in this queue, exactly as :meth:`retry` (dead at budget, else pending
-        after ``delay_s``), atomically in one statement with one clock read; one bool
-        per item, in order. A job listed twice is retried at most once, by its first
-        item with a valid claim; its later items are refused."""
-        ...
-
-    async def fail_claims(
-        self, queue: str, items: Sequence[tuple[int, int, str | None]]
-    ) -> list[bool]:
-        """R2 (D20): fail each (job id, claim token, error) whose claim is valid (Q4's V)
-        in this queue, exactly as :meth:`fail`, atomically in one statement with one clock
-        read; one bool per item, in order (a job listed twice as in
-        :meth:`retry_claims`)."""
-        ...
-
-    async def cancel(self, queue: str, job_id: int) -> bool:
-        """Q7."""
-        ...
-
-    async def get_job(self, queue: str, job_id: int) -> Job | None:
-        """Q8."""
-        ...
-
-    async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
-        """Q9, atomically."""
-        ...
-
-    async def find_job(self, job_id: int) -> Job | None:
-        """D26: the row with this id, live or dead, of any queue."""
+    async def get_job(self, job_id: int, queue: str | None) -> Job | None:
+        """Q8 (a queue's row) and D26 (``queue=None``: the row of any queue): the row with
+        this id, live or dead."""
         ...
 
     async def list_jobs(
@@ -137,6 +149,10 @@ class Backend(Protocol):
         dead-lettered and cancelled (D27), read atomically at one clock read."""
         ...
 
+    async def cancel(self, queue: str, job_id: int) -> bool:
+        """Q7: delete this queue's live row, pending or processing."""
+        ...
+
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
         """D24: move this queue's dead rows with these distinct ids (every one for
         ``None``) back to pending, ready now, attempts reset, atomically; wake the queue
@@ -150,16 +166,35 @@ class Backend(Protocol):
         them and delete nothing."""
         ...
 
-    def transaction(self) -> AbstractAsyncContextManager[TransactionBackend]:
+    async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
+        """Q9, atomically."""
+        ...
+
+
+class Engine(WorkPath, OperatorPath, Protocol):
+    """One engine instance, serving one store (Q14).
+
+    ``open_store(engine)`` enters :meth:`open` for the store's lifetime and calls the
+    two paths only inside it. An instance is opened at most once.
+    """
+
+    def open(self) -> AbstractAsyncContextManager[object]:
+        """Start the engine (connect, check the schema, start background tasks) for the
+        ``async with`` block, and close it at the end. Raises ``InvalidArgument`` when
+        the instance was opened before."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[EngineTransaction]:
         """Q10: commit on a clean exit, roll back on any exception."""
         ...
 
     def open_wake_listener(
         self, queues: frozenset[str]
     ) -> AbstractAsyncContextManager[WakeListener]:
-        """A subscription to these queues' wakes, from the moment it is entered."""
+        """A subscription to these queues' wakes, from the moment it is entered
+        (:class:`~alkstore_trio.engine.WakeHub` makes the listeners)."""
         ...
 
     async def aclose(self) -> None:
-        """Close the engine; every later call raises ``StoreClosed``. Idempotent."""
+        """Close the engine early; every later call raises ``StoreClosed``. Idempotent."""
         ...

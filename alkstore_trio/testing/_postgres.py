@@ -10,21 +10,22 @@ tests never see each other's rows. Needs the ``postgres`` extra (psycopg).
 
 from __future__ import annotations
 
-import random
 import secrets
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .._core import _validate as v
-from .._engines._postgres import _backend, _driver, _sql
-from .._errors import InvalidArgument
-from .._store import Store
+from .._engines._postgres import _driver, _sql
+from .._engines._postgres._backend import PostgresEngine, driver_connect
+from .._open import open_store
 
 if TYPE_CHECKING:
+    import random
     from collections.abc import AsyncIterator
 
     from .._engines._postgres._pool import ConnectFn
+    from .._store import Store
 
 #: Where the frozen clock starts (whole seconds, so timestamps compare exactly).
 DEFAULT_START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -59,7 +60,8 @@ class PostgresHarness:
     ) -> None:
         self.dsn = dsn
         self.name = "postgres" if driver is None else f"postgres-{driver}"
-        self._connect: ConnectFn[_driver.Connection] = _driver_connect(driver)
+        self._driver = driver
+        self._connect: ConnectFn[_driver.Connection] = driver_connect(driver)
         self._now = v.check_aware_datetime("start", start).astimezone(UTC)
         self._pool_size = pool_size
         self._schemas: set[str] = set()
@@ -73,24 +75,17 @@ class PostgresHarness:
             await _create_frozen_schema(admin, schema, self._now)
             self._schemas.add(schema)
             try:
-                async with _backend.open_postgres_backend(
+                engine = PostgresEngine(
                     self.dsn,
                     schema=schema,
                     pool_size=self._pool_size,
                     connect_timeout_s=10.0,
                     migrate="check",
                     application_name="alkstore_trio:test",
-                    connect=self._connect,
-                ) as backend:
-                    store = Store(
-                        backend,
-                        rng=rng or random.Random(),
-                        max_payload_bytes=v.DEFAULT_MAX_PAYLOAD_BYTES,
-                    )
-                    try:
-                        yield store
-                    finally:
-                        store._closed = True
+                    driver=self._driver,
+                )
+                async with open_store(engine, rng=rng) as store:
+                    yield store
             finally:
                 self._schemas.discard(schema)
                 await admin.execute(f"DROP SCHEMA {_sql.quote_ident(schema)} CASCADE")
@@ -134,13 +129,3 @@ async def _create_frozen_schema(admin: _driver.Connection, schema: str, start: d
         await admin.execute(_CLOCK_TABLE_SQL.format(schema=quoted))
         await admin.execute(_CLOCK_START_SQL.format(schema=quoted), [start])
         await admin.execute(_FROZEN_NOW_SQL.format(schema=quoted))
-
-
-def _driver_connect(driver: str | None) -> ConnectFn[_driver.Connection]:
-    if driver is None:
-        return _driver.connect
-    if driver == "native":
-        return _driver.connect_native
-    if driver == "thread":
-        return _driver.connect_threaded
-    raise InvalidArgument(f"driver must be 'native', 'thread' or None; got {driver!r}")

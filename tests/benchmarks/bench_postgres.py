@@ -82,8 +82,8 @@ import psycopg.conninfo
 import trio
 
 import alkstore_trio
-from alkstore_trio._core import _validate as v
-from alkstore_trio._engines._postgres import _backend, _driver, _sql
+from alkstore_trio._engines._postgres import _driver, _sql
+from alkstore_trio.engine import PostgresEngine
 
 #: The server, unless ``ALKSTORE_BENCH_DSN`` / ``ALKSTORE_TEST_DSN`` say otherwise.
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -356,29 +356,10 @@ def raw_connect(stack: AsyncExitStack, *, like_library: bool = False) -> psycopg
 async def library_store(
     stack: AsyncExitStack, schema: str, driver: str, pool_size: int = 4
 ) -> alkstore_trio.Store:
-    """A store on ``schema``: ``open_store`` itself when it would pick ``driver``, else the
-    same backend built with that driver's connect function."""
-    if driver == _driver.DRIVER:
-        return await stack.enter_async_context(
-            alkstore_trio.open_store(dsn(), schema=schema, pool_size=pool_size, migrate="check")
-        )
-    connect = {"native": _driver.connect_native, "thread": _driver.connect_threaded}[driver]
-    backend = await stack.enter_async_context(
-        _backend.open_postgres_backend(
-            dsn(),
-            schema=schema,
-            pool_size=pool_size,
-            connect_timeout_s=10.0,
-            migrate="check",
-            application_name="alkstore_trio",
-            connect=connect,
-        )
-    )
-    store = alkstore_trio.Store(
-        backend, rng=random.Random(0), max_payload_bytes=v.DEFAULT_MAX_PAYLOAD_BYTES
-    )
-    stack.callback(setattr, store, "_closed", True)
-    return store
+    """A store on ``schema`` with ``driver``'s connections (``open_store`` on a
+    :class:`~alkstore_trio.engine.PostgresEngine`)."""
+    engine = PostgresEngine(dsn(), schema=schema, pool_size=pool_size, driver=driver)
+    return await stack.enter_async_context(alkstore_trio.open_store(engine, rng=random.Random(0)))
 
 
 #: Untimed operations per variant before the clock starts: psycopg prepares a statement

@@ -10,15 +10,16 @@ The tests are generated: for every check ``q<N>_<what>`` in
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from alkstore_trio import Job, Store, SweepResult
-from alkstore_trio._core import JobTable
+from alkstore_trio import Job, Store, SweepResult, open_store
+from alkstore_trio._engines._memory._table import JobTable
+from alkstore_trio.engine import MemoryEngine
 from alkstore_trio.testing import (
     CONFORMANCE_CHECKS,
     EngineHarness,
@@ -86,110 +87,21 @@ class _DeadlineBlindTable(JobTable):
     """Ignores the deadline: a holder's operations are judged as if the lease were
     still running."""
 
-    def _as_if_in_time(self, queue: str, job_id: int, now: datetime) -> datetime:
-        job = self.get(queue, job_id)
+    def _valid(self, queue: str, job_id: int, token: int, now: datetime) -> Job | None:
+        job = self.get(job_id, queue)
         if job is not None and job.claim_expires_at is not None:
-            return min(now, job.claim_expires_at)
-        return now
-
-    def heartbeat(
-        self, queue: str, job_id: int, token: int, extend_s: float | None, now: datetime
-    ) -> bool:
-        return super().heartbeat(
-            queue, job_id, token, extend_s, self._as_if_in_time(queue, job_id, now)
-        )
-
-    def ack(self, queue: str, job_id: int, token: int, now: datetime) -> bool:
-        return super().ack(queue, job_id, token, self._as_if_in_time(queue, job_id, now))
-
-    def heartbeat_claims(
-        self,
-        queue: str,
-        claims: Iterable[tuple[int, int]],
-        extend_s: float | None,
-        now: datetime,
-    ) -> list[int]:
-        return [
-            job_id
-            for job_id, token in claims
-            if self.heartbeat(queue, job_id, token, extend_s, now)
-        ]
-
-    def retry(
-        self,
-        queue: str,
-        job_id: int,
-        token: int,
-        error: str | None,
-        delay_s: float | None,
-        now: datetime,
-    ) -> bool:
-        return super().retry(
-            queue, job_id, token, error, delay_s, self._as_if_in_time(queue, job_id, now)
-        )
-
-    def fail(self, queue: str, job_id: int, token: int, error: str | None, now: datetime) -> bool:
-        return super().fail(queue, job_id, token, error, self._as_if_in_time(queue, job_id, now))
-
-    def retry_claims(
-        self,
-        queue: str,
-        items: Iterable[tuple[int, int, str | None, float | None]],
-        now: datetime,
-    ) -> list[bool]:
-        return [
-            self.retry(queue, job_id, token, error, delay_s, now)
-            for job_id, token, error, delay_s in items
-        ]
-
-    def fail_claims(
-        self, queue: str, items: Iterable[tuple[int, int, str | None]], now: datetime
-    ) -> list[bool]:
-        return [self.fail(queue, job_id, token, error, now) for job_id, token, error in items]
+            now = min(now, job.claim_expires_at)
+        return super()._valid(queue, job_id, token, now)
 
 
 class _TokenBlindTable(JobTable):
-    """The batch operations ignore the claim token (the hazard D18 exists for): a stale
-    holder's batch acts on a job another worker has reclaimed since."""
+    """The claim operations ignore the claim token (the hazard D18 exists for): a stale
+    holder's ack, heartbeat, retry or fail acts on a job another worker has reclaimed
+    since."""
 
-    def _current_token(self, queue: str, job_id: int, token: int) -> int:
-        job = self.get(queue, job_id)
-        return token if job is None else job.attempts
-
-    def ack_claims(self, queue: str, claims: Iterable[tuple[int, int]], now: datetime) -> list[int]:
-        blind = [(job_id, self._current_token(queue, job_id, token)) for job_id, token in claims]
-        return super().ack_claims(queue, blind, now)
-
-    def heartbeat_claims(
-        self,
-        queue: str,
-        claims: Iterable[tuple[int, int]],
-        extend_s: float | None,
-        now: datetime,
-    ) -> list[int]:
-        blind = [(job_id, self._current_token(queue, job_id, token)) for job_id, token in claims]
-        return super().heartbeat_claims(queue, blind, extend_s, now)
-
-    def retry_claims(
-        self,
-        queue: str,
-        items: Iterable[tuple[int, int, str | None, float | None]],
-        now: datetime,
-    ) -> list[bool]:
-        blind = [
-            (job_id, self._current_token(queue, job_id, token), error, delay_s)
-            for job_id, token, error, delay_s in items
-        ]
-        return super().retry_claims(queue, blind, now)
-
-    def fail_claims(
-        self, queue: str, items: Iterable[tuple[int, int, str | None]], now: datetime
-    ) -> list[bool]:
-        blind = [
-            (job_id, self._current_token(queue, job_id, token), error)
-            for job_id, token, error in items
-        ]
-        return super().fail_claims(queue, blind, now)
+    def _valid(self, queue: str, job_id: int, token: int, now: datetime) -> Job | None:
+        job = self.get(job_id, queue)
+        return super()._valid(queue, job_id, token if job is None else job.attempts, now)
 
 
 class _WorstFirstTable(JobTable):
@@ -238,10 +150,9 @@ class _BrokenHarness(MemoryHarness):
 
     @asynccontextmanager
     async def open_store(self, *, rng: random.Random | None = None) -> AsyncIterator[Store]:
-        async with super().open_store(rng=rng) as store:
-            backend: Any = store._backend
-            assert len(backend._table) == 0
-            backend._table = self.table_class()
+        engine = MemoryEngine(self.clock)
+        engine._table = self.table_class()
+        async with open_store(engine, rng=rng) as store:
             yield store
 
 

@@ -1,11 +1,11 @@
-"""The engines' batch retry and fail (R2, decision D20), driven below the facade.
+"""The engines' batch retry and fail (Q13, decision D20), driven below the facade.
 
 The facade never sends a job twice in one batch (it raises ``InvalidArgument``), so the
 conformance suite cannot see what an engine does with one; D20 fixes it anyway: the items
 are applied in order, each under Q4's validity predicate, so a job is finished by its
 first item whose claim is valid and its later items are refused. These tests call each
-engine's ``retry_claims`` / ``fail_claims`` directly, on the in-memory engine and on
-PostgreSQL (one statement, where the rule is a ``DISTINCT ON``).
+engine's ``retry`` / ``fail`` (:class:`alkstore_trio.engine.WorkPath`) directly, on the
+in-memory engine and on PostgreSQL (one statement, where the rule is a ``DISTINCT ON``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from alkstore_trio import QueueOpts, Store
+from alkstore_trio.engine import FailItem, RetryItem
 from alkstore_trio.testing import EngineHarness, MemoryHarness
 
 
@@ -57,10 +58,10 @@ async def claimed(
             handle.job.payload.decode(): (handle.id, handle.job.attempts) for handle in handles
         }
         assert sorted(claims) == sorted([*names, "other"])
-        yield store, store._backend, claims
+        yield store, store._engine, claims
 
 
-async def test_r2_retry_claims_applies_a_job_listed_twice_once_by_its_first_valid_item(
+async def test_q13_retry_applies_a_job_listed_twice_once_by_its_first_valid_item(
     harness: EngineHarness,
 ) -> None:
     async with claimed(harness) as (store, engine, claims):
@@ -81,7 +82,7 @@ async def test_r2_retry_claims_applies_a_job_listed_twice_once_by_its_first_vali
             (10**12, 1, None, 0.0),
         ]
         now = await harness.now()
-        results = await engine.retry_claims("q", items)
+        results = await engine.retry("q", [RetryItem(*item) for item in items])
         assert results == [False, True, False, True, False, True, False, False, False]
         row = await queue.get_job(again)
         assert (row.state, row.last_error, row.run_at) == (
@@ -101,7 +102,7 @@ async def test_r2_retry_claims_applies_a_job_listed_twice_once_by_its_first_vali
         assert row.state == "processing"
 
 
-async def test_r2_fail_claims_applies_a_job_listed_twice_once_by_its_first_valid_item(
+async def test_q13_fail_applies_a_job_listed_twice_once_by_its_first_valid_item(
     harness: EngineHarness,
 ) -> None:
     async with claimed(harness) as (store, engine, claims):
@@ -116,7 +117,13 @@ async def test_r2_fail_claims_applies_a_job_listed_twice_once_by_its_first_valid
             (again, again_token + 1, "stale"),
         ]
         now = await harness.now()
-        assert await engine.fail_claims("q", items) == [False, True, False, True, False]
+        assert await engine.fail("q", [FailItem(*item) for item in items]) == [
+            False,
+            True,
+            False,
+            True,
+            False,
+        ]
         row = await queue.get_job(failed)
         assert (row.state, row.last_error, row.died_at) == ("dead", "first", now)
         row = await queue.get_job(again)

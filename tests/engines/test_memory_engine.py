@@ -28,7 +28,7 @@ from alkstore_trio import (
     open_store,
 )
 from alkstore_trio._core import EnqueueSpec, _transitions
-from alkstore_trio._engines._memory import open_memory_backend
+from alkstore_trio.engine import MemoryEngine
 from alkstore_trio.testing import ManualClock
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
@@ -419,7 +419,8 @@ def test_q11_store_cancelled_with_requests_queued_answers_store_closed_not_hang(
 
 
 async def test_q11_engine_after_close_raises_store_closed():
-    async with open_memory_backend(ManualClock()) as backend:
+    backend = MemoryEngine(ManualClock())
+    async with backend.open():
         assert await backend.enqueue([spec()]) == [1]
         await backend.aclose()
         await backend.aclose()  # closing twice is harmless
@@ -508,7 +509,7 @@ async def test_q12_a_clock_returning_a_non_datetime_is_an_engine_error():
 async def test_q12_an_unexpected_exception_in_a_transition_is_an_engine_error(store, monkeypatch):
     queue = store.queue("q")
     job_id = await queue.enqueue(b"x")
-    table = store._backend._table
+    table = store._engine._table
     boom = LookupError("table exploded")
 
     def broken(*args, **kwargs):
@@ -531,7 +532,7 @@ async def test_q12_an_unexpected_exception_in_a_transition_is_an_engine_error(st
 async def test_q12_engine_error_in_one_task_does_not_disturb_others(store, monkeypatch):
     queue = store.queue("q")
     await queue.enqueue_many([b"a"] * 20)
-    table = store._backend._table
+    table = store._engine._table
     real_get = table.get
     calls = 0
 
@@ -713,11 +714,11 @@ async def test_q2_wakes_accumulate_per_queue_and_only_for_subscribed_queues(stor
         await b.enqueue_many([b"1", b"2"])
         assert await ab.wait(0) == frozenset({"a", "b"})
         assert await only_b.wait(0) == frozenset({"b"}), "every listener gets the wake"
-    assert store._backend.wakes.subscribed_queues() == frozenset(), "unsubscribed on exit"
+    assert store._engine.wakes.subscribed_queues() == frozenset(), "unsubscribed on exit"
 
 
 async def test_q2_enqueue_many_publishes_one_wake(store, monkeypatch):
-    published = record_publishes(monkeypatch, store._backend.wakes)
+    published = record_publishes(monkeypatch, store._engine.wakes)
     queue = store.queue("q")
     await queue.enqueue_many([b"1", b"2", b"3"])
     assert published == [{"q"}]
@@ -855,7 +856,7 @@ async def test_q10_cancellation_inside_the_block_rolls_back(store):
 
 
 async def test_q10_commit_wakes_each_touched_queue_once(store, monkeypatch):
-    published = record_publishes(monkeypatch, store._backend.wakes)
+    published = record_publishes(monkeypatch, store._engine.wakes)
     a, b = store.queue("a"), store.queue("b")
     async with store.open_wake_listener(["a", "b", "c"]) as listener:
         async with store.transaction() as tx:
@@ -871,7 +872,7 @@ async def test_q10_commit_wakes_each_touched_queue_once(store, monkeypatch):
 
 async def test_q10_empty_transaction_wakes_nobody(store, monkeypatch, clock):
     published: list[object] = []
-    monkeypatch.setattr(store._backend.wakes, "publish", published.append)
+    monkeypatch.setattr(store._engine.wakes, "publish", published.append)
     reads = clock.reads
     async with store.transaction():
         pass
@@ -914,13 +915,14 @@ async def test_q10_queue_handle_of_another_store_is_invalid(store, clock):
 
 
 async def test_q10_engine_transaction_commits_atomically(monkeypatch):
-    async with open_memory_backend(ManualClock()) as backend:
+    backend = MemoryEngine(ManualClock())
+    async with backend.open():
         published = record_publishes(monkeypatch, backend.wakes)
         async with backend.transaction() as tx:
             assert await tx.enqueue([spec("a"), spec("b")]) == [1, 2]
             assert await tx.enqueue([spec("a")]) == [3]
         assert published == [{"a", "b"}]
-        assert [(await backend.get_job(q, i)).id for q, i in (("a", 1), ("b", 2), ("a", 3))] == [
+        assert [(await backend.get_job(i, q)).id for q, i in (("a", 1), ("b", 2), ("a", 3))] == [
             1,
             2,
             3,

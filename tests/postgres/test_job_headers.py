@@ -51,8 +51,8 @@ async def store(harness: PostgresHarness) -> AsyncIterator[Store]:
 
 
 def schema_of(store: Store) -> str:
-    backend = store._backend
-    assert isinstance(backend, _backend.PostgresBackend)
+    backend = store._engine
+    assert isinstance(backend, _backend.PostgresEngine)
     return _sql.quote_ident(backend._schema)
 
 
@@ -194,7 +194,7 @@ async def test_d30_enqueues_with_different_headers_are_separate_statements(store
         *specs({"k": "1"}, b"e"),
     ]
     assert [len(group) for group in _backend._groups(batch)] == [2, 1, 1, 1]
-    ids = await store._backend.enqueue(batch)
+    ids = await store._engine.enqueue(batch)
     got = [await store.queue("split").get_job(job_id) for job_id in ids]
     assert [dict(job.headers) for job in got if job is not None] == [
         {"k": "1"}, {"k": "1"}, {"k": "2"}, {}, {"k": "1"},

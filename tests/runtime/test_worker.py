@@ -282,10 +282,10 @@ async def test_r6_a_refused_outcome_counts_as_lease_lost(autojump_clock, store):
 
 
 def count_ack_claims(store, monkeypatch):
-    """Record the acked claims of every ``ack_claims`` or ``ack_claims_and_claim`` call
+    """Record the acked claims of every ``ack`` or ``ack_and_claim`` call
     the store's backend receives (one statement each)."""
-    backend = store._backend
-    real_ack, real_fused = backend.ack_claims, backend.ack_claims_and_claim
+    backend = store._engine
+    real_ack, real_fused = backend.ack, backend.ack_and_claim
     calls: list[list[tuple[int, int]]] = []
 
     async def ack_claims(queue, claims):
@@ -296,15 +296,15 @@ def count_ack_claims(store, monkeypatch):
         calls.append(list(claims))
         return await real_fused(queue, claims, worker_id, n)
 
-    monkeypatch.setattr(backend, "ack_claims", ack_claims)
-    monkeypatch.setattr(backend, "ack_claims_and_claim", ack_claims_and_claim)
+    monkeypatch.setattr(backend, "ack", ack_claims)
+    monkeypatch.setattr(backend, "ack_and_claim", ack_claims_and_claim)
     return calls
 
 
 async def test_r2_a_draining_worker_acks_and_claims_in_one_statement(
     autojump_clock, store, monkeypatch
 ):
-    calls = count_backend_calls(store, monkeypatch, "claim", "ack_claims", "ack_claims_and_claim")
+    calls = count_backend_calls(store, monkeypatch, "claim", "ack", "ack_and_claim")
     queue = store.queue("q")
     ids = await queue.enqueue_many([b"x"] * 100)
 
@@ -317,15 +317,15 @@ async def test_r2_a_draining_worker_acks_and_claims_in_one_statement(
     # One claim to start; then each wave of 10 acks claims the next 10 in the same
     # statement; the last one finds the queue empty; nothing is acked on its own.
     assert calls["claim"] == [10]
-    assert calls["ack_claims_and_claim"] == [10] * 10
-    assert calls["ack_claims"] == []
+    assert calls["ack_and_claim"] == [10] * 10
+    assert calls["ack"] == []
     assert worker.statistics().claimed == 100
 
 
 async def test_r2_acks_are_not_fused_with_a_claim_of_an_idle_queue(
     autojump_clock, store, monkeypatch
 ):
-    calls = count_backend_calls(store, monkeypatch, "ack_claims", "ack_claims_and_claim")
+    calls = count_backend_calls(store, monkeypatch, "ack", "ack_and_claim")
     queue = store.queue("q")
     await queue.enqueue_many([b"x"] * 5)
 
@@ -336,7 +336,7 @@ async def test_r2_acks_are_not_fused_with_a_claim_of_an_idle_queue(
     async with running(worker):
         await wait_until(lambda: worker.statistics().acked == 5)
     # The first claim came back short: the queue is empty, so the acks go alone.
-    assert calls == {"ack_claims": [5], "ack_claims_and_claim": []}
+    assert calls == {"ack": [5], "ack_and_claim": []}
 
 
 async def test_r2_fused_claims_share_free_slots_among_woken_queues(autojump_clock, store):
@@ -407,8 +407,8 @@ async def test_r2_a_lone_ack_is_flushed_at_once(autojump_clock, store, monkeypat
 
 def count_backend_calls(store, monkeypatch, *operations):
     """Record the number of items of every call the store's backend receives, per
-    operation (``ack_claims``, ``retry_claims``, ``fail_claims``, ...)."""
-    backend = store._backend
+    operation (``ack``, ``retry``, ``fail``, ...)."""
+    backend = store._engine
     calls: dict[str, list[int]] = {operation: [] for operation in operations}
     for operation in operations:
         real = getattr(backend, operation)
@@ -428,9 +428,7 @@ def count_backend_calls(store, monkeypatch, *operations):
 async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_statement_per_kind(
     autojump_clock, store, monkeypatch
 ):
-    calls = count_backend_calls(
-        store, monkeypatch, "ack_claims", "ack_claims_and_claim", "retry_claims", "fail_claims"
-    )
+    calls = count_backend_calls(store, monkeypatch, "ack", "ack_and_claim", "retry", "fail")
     queue = store.queue("q", QueueOpts(max_attempts=2))
     payloads = [b"ack", b"retry", b"fail", b"boom"] * 25
     await queue.enqueue_many(payloads)
@@ -455,10 +453,10 @@ async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_stat
     # (The first claim came back full, so the queue is still woken: the acks go with a
     # claim, which finds nothing ready.)
     assert calls == {
-        "ack_claims": [],
-        "ack_claims_and_claim": [25],
-        "retry_claims": [50],
-        "fail_claims": [25],
+        "ack": [],
+        "ack_and_claim": [25],
+        "retry": [50],
+        "fail": [25],
     }
     jobs = [await queue.get_job(i) for i in range(1, 101)]
     states = Counter((job.state, job.last_error) for job in jobs if job is not None)
@@ -470,27 +468,27 @@ async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_stat
 
 
 async def test_r7_released_jobs_are_flushed_as_one_statement(autojump_clock, store, monkeypatch):
-    calls = count_backend_calls(store, monkeypatch, "retry_claims")
+    calls = count_backend_calls(store, monkeypatch, "retry")
     queue = store.queue("q")
     await queue.enqueue_many([b"x"] * 30)
     worker = Worker(store, {queue: Recorder(forever)}, concurrency=30, shutdown_grace_s=1)
     async with running(worker):
         await wait_until(lambda: worker.statistics().started == 30)
     assert worker.statistics().released == 30
-    assert calls == {"retry_claims": [30]}
+    assert calls == {"retry": [30]}
 
 
 def count_heartbeat_claims(store, monkeypatch):
-    """Record the claims of every ``heartbeat_claims`` call the store's backend receives."""
-    backend = store._backend
-    real = backend.heartbeat_claims
+    """Record the claims of every ``heartbeat`` call the store's backend receives."""
+    backend = store._engine
+    real = backend.heartbeat
     calls: list[list[tuple[int, int]]] = []
 
     async def counting(queue, claims, extend_s):
         calls.append(list(claims))
         return await real(queue, claims, extend_s)
 
-    monkeypatch.setattr(backend, "heartbeat_claims", counting)
+    monkeypatch.setattr(backend, "heartbeat", counting)
     return calls
 
 
@@ -1186,7 +1184,7 @@ async def test_r6_a_handler_whose_lease_cannot_be_renewed_is_cancelled_at_its_de
     before another worker can have reclaimed the job — and attempts nothing more."""
     from alkstore_trio import Queue
 
-    calls = count_backend_calls(store, monkeypatch, "retry_claims", "ack_claims")
+    calls = count_backend_calls(store, monkeypatch, "retry", "ack")
 
     async def unreachable(self, handles, extend_s=None):
         raise EngineError("database unreachable")
@@ -1200,7 +1198,7 @@ async def test_r6_a_handler_whose_lease_cannot_be_renewed_is_cancelled_at_its_de
         await wait_until(lambda: worker.statistics().lease_lost == 1)
         assert handler.cancelled == [(job_id, approx(30.0))]  # the lease's deadline
         assert worker.statistics().in_flight == 0
-    assert calls == {"retry_claims": [], "ack_claims": []}  # no release of a lost claim
+    assert calls == {"retry": [], "ack": []}  # no release of a lost claim
     stats = worker.statistics()
     assert (stats.engine_errors, stats.released, stats.retried) == (2, 0, 0)  # at 10 and 20
     job = await queue.get_job(job_id)

@@ -94,8 +94,8 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[Engine]:
     the fixture (a queue handle keeps the backend it was made with)."""
     harness = make_harness(request.param, request)
     async with harness.open_store() as store:
-        counting = CountingBackend(store._backend)
-        store._backend = counting  # type: ignore[assignment]
+        counting = CountingBackend(store._engine)
+        store._engine = counting  # type: ignore[assignment]
         yield Engine(request.param, harness, store, counting)
 
 

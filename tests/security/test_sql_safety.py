@@ -573,10 +573,10 @@ async def test_security_no_password_in_reprs_errors_or_logs_of_a_working_store(
             queue = store.queue("q")
             await queue.enqueue(b"x")
             (handle,) = await queue.claim_batch("w", 1)
-            seen += [repr(store), repr(store._backend), repr(queue), repr(handle), repr(handle.job)]
+            seen += [repr(store), repr(store._engine), repr(queue), repr(handle), repr(handle.job)]
             # The store's repr says which engine and schema, so logs of it are useful.
             assert repr(store) == f"<Store postgresql schema {schema!r}>"
-            seen += [repr(vars(store)), repr(vars(store._backend))]
+            seen += [repr(vars(store)), repr(vars(store._engine))]
             with pytest.raises(EngineError) as caught:
                 async with store.transaction() as tx:
                     await tx.execute("SELECT 1 / 0")

@@ -25,7 +25,9 @@ from hypothesis.stateful import (
 )
 
 from alkstore_trio import Job, QueueOpts
-from alkstore_trio._core import JobTable, backoff_delay_s, enqueue_specs
+from alkstore_trio._core import backoff_delay_s, enqueue_specs
+from alkstore_trio._engines._memory._table import JobTable
+from alkstore_trio.engine import Claim, FailItem, RetryItem
 from alkstore_trio.testing import ReferenceModel
 from alkstore_trio.testing._model import ModelTransaction, model_backoff_delay_s
 
@@ -189,7 +191,9 @@ class CoreAgainstModel(RuleBasedStateMachine):
     @rule(data=st.data(), extend_s=st.sampled_from([None, 1.0, 5.0, 40.0]))
     def heartbeat(self, data, extend_s):
         job = data.draw(st.sampled_from(self.claims), label="claim")
-        got = self.table.heartbeat(job.queue, job.id, job.attempts, extend_s, self.now)
+        got = bool(
+            self.table.heartbeat(job.queue, [Claim(job.id, job.attempts)], extend_s, self.now)
+        )
         want = self.model.heartbeat(job.queue, job.id, job.attempts, extend_s, now=self.now)
         assert got == want
 
@@ -197,7 +201,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def ack(self, data):
         job = data.draw(st.sampled_from(self.claims), label="claim")
-        got = self.table.ack(job.queue, job.id, job.attempts, self.now)
+        got = bool(self.table.ack(job.queue, [Claim(job.id, job.attempts)], self.now))
         assert got == self.model.ack(job.queue, job.id, job.attempts, now=self.now)
 
     @precondition(lambda self: self.claims)
@@ -208,7 +212,9 @@ class CoreAgainstModel(RuleBasedStateMachine):
         delay = delay_s
         if delay is None and job.attempts < job.max_attempts:
             delay = float(backoff_delay_s(job.backoff_base_s, job.attempts, self.table_rng))
-        got = self.table.retry(job.queue, job.id, job.attempts, error, delay, self.now)
+        got = self.table.retry(
+            job.queue, [RetryItem(job.id, job.attempts, error, delay)], self.now
+        )[0]
         want = self.model.retry(job.queue, job.id, job.attempts, error, delay_s, now=self.now)
         assert got == want
 
@@ -216,7 +222,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
     @rule(data=st.data(), error=errors)
     def fail(self, data, error):
         job = data.draw(st.sampled_from(self.claims), label="claim")
-        got = self.table.fail(job.queue, job.id, job.attempts, error, self.now)
+        got = self.table.fail(job.queue, [FailItem(job.id, job.attempts, error)], self.now)[0]
         assert got == self.model.fail(job.queue, job.id, job.attempts, error, now=self.now)
 
     @precondition(lambda self: self.claims)
@@ -235,7 +241,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
                 delay = float(backoff_delay_s(job.backoff_base_s, job.attempts, self.table_rng))
             resolved.append((job.id, job.attempts, error, delay))
         queue = claims[0].queue if claims else "alpha"
-        got = self.table.retry_claims(queue, resolved, self.now)
+        got = self.table.retry(queue, resolved, self.now)
         wanted = [(job.id, job.attempts, error, delay_s) for job, error, delay_s in items]
         assert got == self.model.retry_claims(queue, wanted, now=self.now)
 
@@ -245,7 +251,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
         claims = data.draw(st.lists(st.sampled_from(self.claims), max_size=4), label="claims")
         items = [(job.id, job.attempts, data.draw(errors)) for job in claims]
         queue = claims[0].queue if claims else "alpha"
-        got = self.table.fail_claims(queue, items, self.now)
+        got = self.table.fail(queue, items, self.now)
         assert got == self.model.fail_claims(queue, items, now=self.now)
 
     # -- Q6, Q7, Q9 ----------------------------------------------------------------------
@@ -306,7 +312,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
         issued = self.model.issued_ids()
         for queue in QUEUES:
             for job_id in [*issued, 0, len(issued) + 1]:
-                assert self.table.get(queue, job_id) == self.model.get_job(queue, job_id)
+                assert self.table.get(job_id, queue) == self.model.get_job(queue, job_id)
 
 
 def test_q2_q10_core_job_table_agrees_with_the_reference_model(figures):

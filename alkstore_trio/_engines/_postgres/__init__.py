@@ -2,8 +2,8 @@
 
 Layers, each using only the ones below it:
 
-- ``_backend``: :class:`~._backend.PostgresBackend`, the contract as one SQL statement per
-  operation, the LISTEN task, and ``open_postgres_backend`` (what ``open_store`` calls).
+- ``_backend``: :class:`~._backend.PostgresEngine`, the contract as one SQL statement per
+  operation, and the LISTEN task (``open_store`` makes one from a PostgreSQL URL).
 - ``_schema``: schema versions and migrations (advisory lock, ``SchemaError``).
 - ``_sql``: the ``.sql`` files (schema, migrations, named queries) and identifier checks.
 - ``_pool``: :func:`open_pool`, a bounded trio-native pool, generic over the driver.

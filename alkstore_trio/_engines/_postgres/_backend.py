@@ -33,6 +33,7 @@ from ..._core import (
     QueueStats,
     StoreStats,
     SweepResult,
+    claim_order_key,
 )
 from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
@@ -41,9 +42,9 @@ from .._wake import WakeHub, WakeListener
 from . import _driver, _pool, _schema, _sql
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Sequence
 
-    from .._protocol import SqlParams
+    from .._protocol import Claim, FailItem, RetryItem, SqlParams
     from ._pool import Pool
 
 logger = logging.getLogger("alkstore_trio.postgres")
@@ -97,24 +98,71 @@ def _engine_error(exc: BaseException) -> EngineError:
     return EngineError(f"PostgreSQL operation failed: {type(exc).__name__}: {exc}")
 
 
-class PostgresBackend:
-    """One store's view of one schema in one database."""
+class PostgresEngine:
+    """The PostgreSQL engine: one store's view of one schema in one database.
+
+    Example::
+
+        engine = PostgresEngine("postgresql://app@db/jobs", schema="alkstore", pool_size=20)
+        async with alkstore_trio.open_store(engine) as store:
+            ...
+
+    ``open_store("postgresql://…", schema=…, …)`` makes one from the same options. The
+    options are checked here, before anything connects; :meth:`open` connects, checks
+    (or applies) the schema and runs the wake listener. An instance serves one store,
+    once.
+
+    Args:
+        dsn: A ``postgresql://`` URL or a libpq conninfo (``"host=db dbname=jobs"``).
+        schema: The schema holding the tables (always quoted).
+        pool_size: The most connections the store holds at once (plus one for LISTEN
+            once a wake listener is open).
+        connect_timeout_s: How long to keep trying to connect.
+        migrate: ``"check"`` raises :class:`~alkstore_trio.SchemaError` unless the schema
+            is at this library's version; ``"apply"`` migrates it first.
+        application_name: Shown in ``pg_stat_activity`` (the LISTEN session gets a
+            ``:listen`` suffix).
+        listen: ``False`` opens no LISTEN session (poll-only mode).
+        driver: ``"native"`` (the trio-native driver), ``"thread"`` (psycopg's sync
+            connections in worker threads) or ``None`` (native when this psycopg version
+            supports it, else thread).
+
+    Raises:
+        InvalidArgument: an option is invalid.
+    """
 
     def __init__(
         self,
-        pool: Pool[_driver.Connection],
+        dsn: str,
         *,
-        schema: str,
-        listen_connect: Callable[[], Awaitable[_driver.Connection]],
+        schema: str = "alkstore",
+        pool_size: int = 10,
+        connect_timeout_s: float = 10.0,
+        migrate: str = "check",
+        application_name: str = "alkstore_trio",
         listen: bool = True,
+        driver: str | None = None,
     ) -> None:
-        self._pool = pool
+        if not isinstance(dsn, str):
+            raise InvalidArgument(f"dsn must be a str; got a {type(dsn).__name__}")
+        options = check_options(
+            schema=schema,
+            pool_size=pool_size,
+            connect_timeout_s=connect_timeout_s,
+            migrate=migrate,
+            application_name=application_name,
+            listen=listen,
+        )
+        self._conninfo = _Conninfo(dsn)
+        self._options = options
+        self._connect = driver_connect(driver)
+        self._pool: Pool[_driver.Connection] | None = None
+        self._opened = False
         #: False: no LISTEN connection (poll-only mode, e.g. behind a transaction pooler);
         #: wake listeners then never wake and workers find jobs by re-polling.
-        self._listen = listen
-        self._schema = schema
-        self._q = _sql.queries(schema)
-        self._listen_connect = listen_connect
+        self._listen = options["listen"]
+        self._schema = options["schema"]
+        self._q = _sql.queries(self._schema)
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
@@ -124,6 +172,11 @@ class PostgresBackend:
         self._listen_progress = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._listener_started = False
+
+    @property
+    def schema(self) -> str:
+        """The schema this engine works in."""
+        return self._schema
 
     def __repr__(self) -> str:
         return f"postgresql schema {self._schema!r}{'' if self._listen else ' (poll only)'}"
@@ -139,7 +192,7 @@ class PostgresBackend:
         return await self._execute(self._q[name], params)
 
     async def _execute(self, query: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
-        if self._closed:
+        if self._closed or self._pool is None:
             raise StoreClosed("the store is closed")
         try:
             async with self._pool.connection() as conn:
@@ -149,7 +202,7 @@ class PostgresBackend:
         except _pool.PoolClosed as exc:
             raise StoreClosed("the store is closed") from exc
 
-    # -- the backend protocol ----------------------------------------------------------
+    # -- the work path -----------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
         ids: list[int] = []
@@ -186,53 +239,31 @@ class PostgresBackend:
         limit = min(n, v.JOB_ID_MAX)
         rows = await self._run("claim", {"queue": queue, "worker_id": worker_id, "n": limit})
         jobs = [_job(row) for row in rows]
-        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        jobs.sort(key=claim_order_key)
         return jobs
 
-    async def heartbeat(self, queue: str, job_id: int, token: int, extend_s: float | None) -> bool:
-        params = {"id": job_id, "queue": queue, "token": token, "extend_s": extend_s}
-        return bool(await self._run("heartbeat", params))
+    # A batch of one takes the one-row statement: it plans and runs faster than the
+    # array statement over one element.
 
-    async def ack(self, queue: str, job_id: int, token: int) -> bool:
-        return bool(await self._run("ack", {"id": job_id, "queue": queue, "token": token}))
-
-    async def retry(
-        self, queue: str, job_id: int, token: int, error: str | None, delay_s: float | None
-    ) -> bool:
-        params = {
-            "id": job_id,
-            "queue": queue,
-            "token": token,
-            "error": error,
-            "delay_s": delay_s,
-        }
-        return bool(await self._run("retry", params))
-
-    async def fail(self, queue: str, job_id: int, token: int, error: str | None) -> bool:
-        params = {
-            "id": job_id,
-            "queue": queue,
-            "token": token,
-            "error": FAILED if error is None else error,
-        }
-        return bool(await self._run("bury", params))
-
-    async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
-        params: dict[str, object] = {"queue": queue, "ids": _int_array(list(job_ids))}
-        ((count,),) = await self._run("ack_batch", params)
-        return int(count)
-
-    async def heartbeat_claims(
-        self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
+    async def heartbeat(
+        self, queue: str, claims: Sequence[Claim], extend_s: float | None
     ) -> list[int]:
+        if len(claims) == 1:
+            ((job_id, token),) = claims
+            params = {"id": job_id, "queue": queue, "token": token, "extend_s": extend_s}
+            return [job_id] if await self._run("heartbeat", params) else []
         params = {**_claim_params(queue, claims), "extend_s": extend_s}
         return [row[0] for row in await self._run("heartbeat_claims", params)]
 
-    async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
+    async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        if len(claims) == 1:
+            ((job_id, token),) = claims
+            params = {"id": job_id, "queue": queue, "token": token}
+            return [job_id] if await self._run("ack", params) else []
         return [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
 
-    async def ack_claims_and_claim(
-        self, queue: str, claims: Sequence[tuple[int, int]], worker_id: str, n: int
+    async def ack_and_claim(
+        self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
     ) -> tuple[list[int], list[Job]]:
         params = {
             **_claim_params(queue, claims),
@@ -246,33 +277,58 @@ class PostgresBackend:
                 acked.append(row[0])
             else:
                 jobs.append(_job(row[1:]))
-        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        jobs.sort(key=claim_order_key)
         return acked, jobs
 
-    async def retry_claims(
-        self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
-    ) -> list[bool]:
+    async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
+        if len(items) == 1:
+            ((job_id, token, error, delay_s),) = items
+            params = {
+                "id": job_id,
+                "queue": queue,
+                "token": token,
+                "error": error,
+                "delay_s": delay_s,
+            }
+            return [bool(await self._run("retry", params))]
         params = {
-            **_claim_params(queue, [(job_id, token) for job_id, token, _, _ in items]),
-            "errors": [error for _, _, error, _ in items],
-            "delays": [None if delay is None else float(delay) for _, _, _, delay in items],
+            **_claim_params(queue, items),
+            "errors": [item.error for item in items],
+            "delays": [None if item.delay_s is None else float(item.delay_s) for item in items],
         }
         return _applied(len(items), await self._run("retry_claims", params))
 
-    async def fail_claims(
-        self, queue: str, items: Sequence[tuple[int, int, str | None]]
-    ) -> list[bool]:
+    async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
+        if len(items) == 1:
+            ((job_id, token, error),) = items
+            params = {
+                "id": job_id,
+                "queue": queue,
+                "token": token,
+                "error": FAILED if error is None else error,
+            }
+            return [bool(await self._run("bury", params))]
         params = {
-            **_claim_params(queue, [(job_id, token) for job_id, token, _ in items]),
-            "errors": [FAILED if error is None else error for _, _, error in items],
+            **_claim_params(queue, items),
+            "errors": [FAILED if item.error is None else item.error for item in items],
         }
         return _applied(len(items), await self._run("fail_claims", params))
+
+    async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
+        params: dict[str, object] = {"queue": queue, "ids": _int_array(list(job_ids))}
+        ((count,),) = await self._run("ack_batch", params)
+        return int(count)
+
+    # -- the operator path -------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: int) -> bool:
         return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
 
-    async def get_job(self, queue: str, job_id: int) -> Job | None:
-        rows = await self._run("get_job", {"id": job_id, "queue": queue})
+    async def get_job(self, job_id: int, queue: str | None) -> Job | None:
+        if queue is None:
+            rows = await self._run("find_job", {"id": job_id})
+        else:
+            rows = await self._run("get_job", {"id": job_id, "queue": queue})
         return _job(rows[0]) if rows else None
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
@@ -280,10 +336,6 @@ class PostgresBackend:
             "sweep_expired", {"queue": queue, "retention_s": retention_s}
         )
         return SweepResult(int(expired), int(purged))
-
-    async def find_job(self, job_id: int) -> Job | None:
-        rows = await self._run("find_job", {"id": job_id})
-        return _job(rows[0]) if rows else None
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None
@@ -336,9 +388,63 @@ class PostgresBackend:
         ((count,),) = await self._run(name, {"queue": queue, "older_than_s": older_than_s})
         return int(count)
 
+    # -- lifecycle, transactions, wakes -------------------------------------------------
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[None]:
+        """Open a pool on the DSN, check (or apply) the schema, and run the engine (and,
+        once a wake listener opens, its listener task) for the ``async with`` block."""
+        if self._opened:
+            raise InvalidArgument("this PostgresEngine was opened before; make a new one per store")
+        self._opened = True
+        options = self._options
+        async with _pool.open_pool(
+            self._conninfo.value,
+            size=options["pool_size"],
+            connect_timeout_s=options["connect_timeout_s"],
+            application_name=options["application_name"],
+            connect=self._session_connect,
+        ) as pool:
+            try:
+                async with pool.connection() as conn:
+                    if options["migrate"] == "apply":
+                        await _schema.migrate(conn, self._schema)
+                    else:
+                        await _schema.check(conn, self._schema, dsn_hint=self._conninfo.redacted)
+            except psycopg.Error as exc:
+                raise EngineError(
+                    f"cannot open the store on {self._conninfo.redacted}: {type(exc).__name__}"
+                ) from exc
+            self._pool = pool
+            async with open_background_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    yield
+                finally:
+                    self.close()
+                    nursery.cancel_scope.cancel()
+
+    async def _session_connect(
+        self, conninfo: str, *, connect_timeout_s: float, application_name: str
+    ) -> _driver.Connection:
+        conn = await self._connect(
+            conninfo, connect_timeout_s=connect_timeout_s, application_name=application_name
+        )
+        # Sessions in UTC: psycopg then returns timestamps already in datetime.UTC, so
+        # turning a claimed row into a Job needs no conversion (Q8 wants UTC anyway).
+        await conn.execute(_SESSION_UTC_SQL)
+        return conn
+
+    async def _listen_connect(self) -> _driver.Connection:
+        return await self._session_connect(
+            self._conninfo.value,
+            connect_timeout_s=self._options["connect_timeout_s"],
+            application_name=f"{self._options['application_name']}:listen",
+        )
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresTransaction]:
-        if self._closed:
+        if self._closed or self._pool is None:
             raise StoreClosed("the store is closed")
         try:
             async with self._pool.connection() as conn, conn.transaction():
@@ -374,11 +480,6 @@ class PostgresBackend:
         self._poke_listener()
 
     # -- the listener ------------------------------------------------------------------
-
-    def start(self, nursery: trio.Nursery) -> None:
-        """Give the backend the nursery its listener task will run in (started lazily,
-        when the first wake listener opens)."""
-        self._nursery = nursery
 
     async def _wait_listening(self, channels: set[str]) -> None:
         """Return once the LISTEN connection listens on every channel in ``channels``."""
@@ -456,13 +557,15 @@ class PostgresBackend:
             self._listen_wait.cancel()
 
 
-def _claim_params(queue: str, claims: Sequence[tuple[int, int]]) -> dict[str, object]:
+def _claim_params(
+    queue: str, claims: Sequence[Claim] | Sequence[RetryItem] | Sequence[FailItem]
+) -> dict[str, object]:
     """The parameters of the batch statements over (job id, claim token) pairs: two
     parallel arrays, unnest'ed together in SQL. The facade never sends an empty batch."""
     return {
         "queue": queue,
-        "ids": _int_array([job_id for job_id, _ in claims]),
-        "tokens": _int_array([token for _, token in claims]),
+        "ids": _int_array([claim.job_id for claim in claims]),
+        "tokens": _int_array([claim.token for claim in claims]),
     }
 
 
@@ -525,7 +628,7 @@ def _same_options(a: EnqueueSpec, b: EnqueueSpec) -> bool:
 class PostgresTransaction:
     """Q10 on PostgreSQL: a real database transaction on one pooled connection."""
 
-    def __init__(self, backend: PostgresBackend, conn: _driver.Connection) -> None:
+    def __init__(self, backend: PostgresEngine, conn: _driver.Connection) -> None:
         self._backend = backend
         self._conn = conn
 
@@ -598,62 +701,25 @@ def check_options(
     )
 
 
-@asynccontextmanager
-async def open_postgres_backend(
-    conninfo: str,
-    *,
-    schema: str,
-    pool_size: int,
-    connect_timeout_s: float,
-    migrate: _schema.MigratePolicy,
-    application_name: str,
-    listen: bool = True,
-    connect: _pool.ConnectFn[_driver.Connection] | None = None,
-) -> AsyncIterator[PostgresBackend]:
-    """Open a pool on ``conninfo``, check (or apply) the schema, and run the backend
-    (and, once a wake listener opens, its listener task) for the ``async with`` block."""
-    driver_connect = _driver.connect if connect is None else connect
+class _Conninfo:
+    """A connection string kept out of reprs: it may hold a password, and an engine's
+    attributes end up in logs and tracebacks (``vars(engine)``)."""
 
-    async def connect_fn(
-        conninfo: str, *, connect_timeout_s: float, application_name: str
-    ) -> _driver.Connection:
-        conn = await driver_connect(
-            conninfo, connect_timeout_s=connect_timeout_s, application_name=application_name
-        )
-        # Sessions in UTC: psycopg then returns timestamps already in datetime.UTC, so
-        # turning a claimed row into a Job needs no conversion (Q8 wants UTC anyway).
-        await conn.execute(_SESSION_UTC_SQL)
-        return conn
+    __slots__ = ("redacted", "value")
 
-    async def listen_connect() -> _driver.Connection:
-        return await connect_fn(
-            conninfo,
-            connect_timeout_s=connect_timeout_s,
-            application_name=f"{application_name}:listen",
-        )
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.redacted = redact_dsn(value)
 
-    async with _pool.open_pool(
-        conninfo,
-        size=pool_size,
-        connect_timeout_s=connect_timeout_s,
-        application_name=application_name,
-        connect=connect_fn,
-    ) as pool:
-        try:
-            async with pool.connection() as conn:
-                if migrate == "apply":
-                    await _schema.migrate(conn, schema)
-                else:
-                    await _schema.check(conn, schema, dsn_hint=redact_dsn(conninfo))
-        except psycopg.Error as exc:
-            raise EngineError(
-                f"cannot open the store on {redact_dsn(conninfo)}: {type(exc).__name__}"
-            ) from exc
-        backend = PostgresBackend(pool, schema=schema, listen_connect=listen_connect, listen=listen)
-        async with open_background_nursery() as nursery:
-            backend.start(nursery)
-            try:
-                yield backend
-            finally:
-                backend.close()
-                nursery.cancel_scope.cancel()
+    def __repr__(self) -> str:
+        return f"<conninfo {self.redacted}>"
+
+
+def driver_connect(driver: object) -> _pool.ConnectFn[_driver.Connection]:
+    if driver is None:
+        return _driver.connect
+    if driver == "native":
+        return _driver.connect_native
+    if driver == "thread":
+        return _driver.connect_threaded
+    raise InvalidArgument(f"driver must be 'native', 'thread' or None; got {driver!r}")

@@ -28,28 +28,40 @@ operation first reports its ``now``; if it is earlier than any ``now`` seen befo
 time-dependent heaps are rebuilt from the rows (O(n), and only then).
 
 Everything here is pure and synchronous: rows change only through the functions of
-``_transitions``; ``now`` is always an argument.
+the core's ``_transitions``, which also give the claim order (``claim_order_key``) and
+the retention rules (``is_purgeable``, ``is_dead_older_than``) that the heaps and the
+scans follow; ``now`` is always an argument. It is the in-memory engine's index, not part
+of the contract: it lives with the engine, and the core stays the one copy of the rules.
 """
 
 from __future__ import annotations
 
 import heapq
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
-from . import _transitions as t
-from ._records import EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
+from ..._core import EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
+from ..._core import _transitions as t
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from .._protocol import Claim, FailItem, RetryItem
+
+#: A ``ready`` heap entry: the claim order key (Q3), then the row's generation.
+_ReadyEntry = tuple[int, datetime, int, int]
+
+
+def _ready_entry(job: Job, gen: int) -> _ReadyEntry:
+    return (*t.claim_order_key(job), gen)
 
 
 class _QueueIndex:
     __slots__ = ("dead", "delayed", "expiry", "leases", "ready")
 
     def __init__(self) -> None:
-        self.ready: list[tuple[int, datetime, int, int]] = []
+        self.ready: list[_ReadyEntry] = []
         self.delayed: list[tuple[datetime, int, int]] = []
         self.leases: list[tuple[datetime, int, int]] = []
         self.expiry: list[tuple[datetime, int]] = []
@@ -86,16 +98,13 @@ class JobTable:
 
     # -- reading -----------------------------------------------------------------------
 
-    def get(self, queue: str, job_id: int) -> Job | None:
-        """Q8: the row with this id in this queue, live or dead."""
+    def get(self, job_id: int, queue: str | None) -> Job | None:
+        """Q8: the row with this id in this queue, live or dead; D26: in whichever queue
+        it is, for ``queue=None``."""
         job = self._live.get(job_id) or self._dead.get(job_id)
-        if job is None or job.queue != queue:
+        if job is None or (queue is not None and job.queue != queue):
             return None
         return job
-
-    def find(self, job_id: int) -> Job | None:
-        """D26: the row with this id, live or dead, in whichever queue it is."""
-        return self._live.get(job_id) or self._dead.get(job_id)
 
     def list_jobs(self, queue: str, state: JobState, limit: int, after_id: int | None) -> list[Job]:
         """D26: up to ``limit`` rows of this queue in this state, by id, with ids above
@@ -220,25 +229,11 @@ class JobTable:
         return out
 
     def heartbeat(
-        self, queue: str, job_id: int, token: int, extend_s: float | None, now: datetime
-    ) -> bool:
-        """Q4 heartbeat: an absolute reset of a valid claim's deadline."""
-        job = self._valid(queue, job_id, token, now)
-        if job is None:
-            return False
-        self._set_live(t.heartbeaten(job, now, extend_s), now)
-        return True
-
-    def heartbeat_claims(
-        self,
-        queue: str,
-        claims: Iterable[tuple[int, int]],
-        extend_s: float | None,
-        now: datetime,
+        self, queue: str, claims: Iterable[Claim], extend_s: float | None, now: datetime
     ) -> list[int]:
-        """R2: renew each (job id, claim token) whose claim is valid (Q4's V) in this
-        queue, in one transition (an absolute reset, as :meth:`heartbeat`); the ids
-        renewed, in the order given."""
+        """Q4/Q13: renew each (job id, claim token) whose claim is valid (Q4's V) in this
+        queue, in one transition (an absolute reset); the ids renewed, in the order
+        given."""
         self._observe(now)
         renewed: list[int] = []
         for job_id, token in dict.fromkeys(claims):
@@ -247,38 +242,6 @@ class JobTable:
                 self._set_live(t.heartbeaten(job, now, extend_s), now)
                 renewed.append(job_id)
         return renewed
-
-    def ack(self, queue: str, job_id: int, token: int, now: datetime) -> bool:
-        """Q4 ack: delete a validly claimed row."""
-        if self._valid(queue, job_id, token, now) is None:
-            return False
-        self._drop_live(job_id)
-        self._counts(queue).acked += 1
-        return True
-
-    def retry(
-        self,
-        queue: str,
-        job_id: int,
-        token: int,
-        error: str | None,
-        delay_s: float | None,
-        now: datetime,
-    ) -> bool:
-        """Q4 retry: back to pending after ``delay_s``, or dead at budget."""
-        job = self._valid(queue, job_id, token, now)
-        if job is None:
-            return False
-        self._replace(t.retried(job, now, error, delay_s), now)
-        return True
-
-    def fail(self, queue: str, job_id: int, token: int, error: str | None, now: datetime) -> bool:
-        """Q4 fail: dead now."""
-        job = self._valid(queue, job_id, token, now)
-        if job is None:
-            return False
-        self._replace(t.failed(job, now, error), now)
-        return True
 
     def ack_batch(self, queue: str, job_ids: Iterable[int], now: datetime) -> int:
         """Q6: delete each distinct, ackable row of this queue; count them."""
@@ -293,8 +256,8 @@ class JobTable:
             self._counts(queue).acked += count
         return count
 
-    def ack_claims(self, queue: str, claims: Iterable[tuple[int, int]], now: datetime) -> list[int]:
-        """R2: delete each (job id, claim token) whose claim is valid (Q4's V) in this
+    def ack(self, queue: str, claims: Iterable[Claim], now: datetime) -> list[int]:
+        """Q4/Q13: delete each (job id, claim token) whose claim is valid (Q4's V) in this
         queue, in one transition; the ids deleted, in the order given."""
         self._observe(now)
         deleted: list[int] = []
@@ -306,29 +269,19 @@ class JobTable:
             self._counts(queue).acked += len(deleted)
         return deleted
 
-    def ack_claims_and_claim(
-        self,
-        queue: str,
-        claims: Iterable[tuple[int, int]],
-        worker_id: str,
-        n: int,
-        now: datetime,
+    def ack_and_claim(
+        self, queue: str, claims: Iterable[Claim], worker_id: str, n: int, now: datetime
     ) -> tuple[list[int], list[Job]]:
-        """R2 (D21): :meth:`ack_claims`, then :meth:`claim`, in one transition at one
-        ``now``; the ids deleted and the jobs claimed (none when ``n <= 0``). No other
-        operation can run between the two steps: the caller runs this as one request."""
-        acked = self.ack_claims(queue, claims, now)
+        """Q13 (D21): :meth:`ack`, then :meth:`claim`, in one transition at one ``now``;
+        the ids deleted and the jobs claimed (none when ``n <= 0``). No other operation
+        can run between the two steps: the caller runs this as one request."""
+        acked = self.ack(queue, claims, now)
         return acked, self.claim(queue, worker_id, n, now)
 
-    def retry_claims(
-        self,
-        queue: str,
-        items: Iterable[tuple[int, int, str | None, float | None]],
-        now: datetime,
-    ) -> list[bool]:
-        """R2 (D20): retry each (job id, claim token, error, delay_s) in turn, as
-        :meth:`retry` would (dead at budget, else pending after ``delay_s``), all in one
-        transition; one bool per item, in order.
+    def retry(self, queue: str, items: Iterable[RetryItem], now: datetime) -> list[bool]:
+        """Q4/Q13 (D20): retry each (job id, claim token, error, delay_s) in turn (dead at
+        budget, else pending after ``delay_s``), all in one transition; one bool per
+        item, in order.
 
         A job listed twice is retried at most once: by its first item whose claim is
         valid; every later item of that job is refused, its claim being finished by then.
@@ -339,12 +292,10 @@ class JobTable:
         ]
         return self._finish_claims(queue, finish, now)
 
-    def fail_claims(
-        self, queue: str, items: Iterable[tuple[int, int, str | None]], now: datetime
-    ) -> list[bool]:
-        """R2 (D20): fail each (job id, claim token, error) in turn, as :meth:`fail` would,
-        all in one transition; one bool per item, in order (a job listed twice as in
-        :meth:`retry_claims`)."""
+    def fail(self, queue: str, items: Iterable[FailItem], now: datetime) -> list[bool]:
+        """Q4/Q13 (D20): fail each (job id, claim token, error) in turn (dead now), all in
+        one transition; one bool per item, in order (a job listed twice as in
+        :meth:`retry`)."""
         finish = [
             (job_id, token, partial(t.failed, now=now, error=error))
             for job_id, token, error in items
@@ -414,15 +365,19 @@ class JobTable:
                 self._replace(t.dead(job, now, t.EXPIRED), now)
                 expired += 1
         purged = 0
-        if retention_s is not None:
-            retention = timedelta(seconds=retention_s)
-            while index.dead and index.dead[0][0] + retention < now:
-                died_at, job_id = heapq.heappop(index.dead)
-                job = self._dead.get(job_id)
-                # Stale when the row was purged, or redriven and dead again since (D24).
-                if job is not None and job.died_at == died_at:
-                    del self._dead[job_id]
-                    purged += 1
+        # The heap is ordered by died_at, so the purgeable rows (Q9) come first.
+        while index.dead:
+            died_at, job_id = index.dead[0]
+            job = self._dead.get(job_id)
+            # Stale when the row was purged, or redriven and dead again since (D24).
+            if job is None or job.died_at != died_at:
+                heapq.heappop(index.dead)
+                continue
+            if not t.is_purgeable(job, now, retention_s):
+                break
+            heapq.heappop(index.dead)
+            del self._dead[job_id]
+            purged += 1
         return SweepResult(expired, purged)
 
     # -- internals ---------------------------------------------------------------------
@@ -481,7 +436,7 @@ class JobTable:
             assert job.claim_expires_at is not None
             heapq.heappush(index.leases, (job.claim_expires_at, job.id, gen))
         elif job.run_at <= now:
-            heapq.heappush(index.ready, (-job.priority, job.run_at, job.id, gen))
+            heapq.heappush(index.ready, _ready_entry(job, gen))
         else:
             heapq.heappush(index.delayed, (job.run_at, job.id, gen))
 
@@ -506,8 +461,7 @@ class JobTable:
         while delayed and delayed[0][0] <= now:
             _, job_id, gen = heapq.heappop(delayed)
             if self._gen.get(job_id) == gen:
-                job = self._live[job_id]
-                heapq.heappush(index.ready, (-job.priority, job.run_at, job_id, gen))
+                heapq.heappush(index.ready, _ready_entry(self._live[job_id], gen))
 
     def _collect_lapsed(self, index: _QueueIndex, now: datetime) -> None:
         """Lapsed leases: the pre-claim sweep (Q3 step 1) or back to ``ready``."""
@@ -520,7 +474,7 @@ class JobTable:
             if t.needs_pre_claim_sweep(job, now):
                 self._replace(t.dead(job, now, t.MAX_ATTEMPTS_EXCEEDED), now)
             else:
-                heapq.heappush(index.ready, (-job.priority, job.run_at, job_id, gen))
+                heapq.heappush(index.ready, _ready_entry(job, gen))
 
     def _observe(self, now: datetime) -> None:
         """Note ``now``; if time ran backwards, rebuild the time-dependent heaps."""

@@ -1,6 +1,6 @@
 """The in-memory engine: an engine actor that owns the job table.
 
-One trio task (the actor) owns a :class:`~alkstore_trio._core.JobTable`. Callers never
+One trio task (the actor) owns a :class:`~._table.JobTable`. Callers never
 touch the table: they send a request (a function of the table and ``now``) over a memory
 channel, with a fresh one-slot reply channel, and wait for the answer. The actor reads
 the clock once per request and runs it to completion before taking the next one, so every
@@ -16,18 +16,19 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
-from .._core import EnqueueSpec, Job, JobState, JobTable, StoreStats, SweepResult
-from .._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
-from ._nursery import open_background_nursery
+from ..._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
+from .._nursery import open_background_nursery
+from .._wake import WakeHub, WakeListener
+from ._table import JobTable
 
 if TYPE_CHECKING:
-    from ._protocol import SqlParams
-from ._wake import WakeHub, WakeListener
+    from ..._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._protocol import Claim, FailItem, RetryItem, SqlParams
 
 T = TypeVar("T")
 
@@ -40,24 +41,72 @@ class Clock(Protocol):
         ...
 
 
+class WallClock:
+    """The default clock of the in-memory engine: ``datetime.now(timezone.utc)``."""
+
+    def now(self) -> datetime:
+        """The current UTC time."""
+        return datetime.now(UTC)
+
+
 # A request: the transition to run, and the channel that gets its outcome.
 _Reply = trio.MemorySendChannel[tuple[bool, object]]
 _Request = tuple[Callable[[JobTable, datetime], object], _Reply]
 
 
-class MemoryBackend:
-    """The in-memory engine (see the module docstring). Construct it with
-    :func:`open_memory_backend`, which runs its actor."""
+class MemoryEngine:
+    """The embedded in-memory engine: one trio task (the engine actor) owns the job table
+    and runs every transition, so they are atomic and totally ordered without locks.
+
+    Example::
+
+        engine = MemoryEngine(clock=ManualClock())
+        async with alkstore_trio.open_store(engine) as store:
+            ...
+
+    ``open_store("memory://", clock=...)`` makes one for you. An instance serves one
+    store, once; its rows live as long as that store is open.
+
+    Args:
+        clock: Anything with ``now()`` returning a timezone-aware UTC datetime (default:
+            the wall clock). Tests pass a :class:`alkstore_trio.testing.ManualClock`.
+
+    Raises:
+        InvalidArgument: ``clock`` has no ``now()`` method.
+    """
 
     def __repr__(self) -> str:
         return "memory"
 
-    def __init__(self, clock: Clock, inbox: trio.MemorySendChannel[_Request]) -> None:
-        self._clock = clock
-        self._inbox = inbox
+    def __init__(self, clock: Clock | None = None) -> None:
+        if clock is not None and (
+            isinstance(clock, type) or not callable(getattr(clock, "now", None))
+        ):
+            raise InvalidArgument(
+                "clock must have a now() method returning an aware datetime; "
+                f"got {type(clock).__name__}"
+            )
+        self._clock: Clock = clock or WallClock()
+        self._inbox: trio.MemorySendChannel[_Request] | None = None
         self._table = JobTable()
         self.wakes = WakeHub()
+        self._opened = False
         self._closed = False
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[None]:
+        """Run the engine actor for the duration of the block."""
+        if self._opened:
+            raise InvalidArgument("this MemoryEngine was opened before; make a new one per store")
+        self._opened = True
+        inbox, requests = trio.open_memory_channel[_Request](math.inf)
+        self._inbox = inbox
+        async with open_background_nursery() as nursery:
+            nursery.start_soon(self._serve, requests)
+            try:
+                yield
+            finally:
+                self.close()
 
     # -- the actor ---------------------------------------------------------------------
 
@@ -90,7 +139,7 @@ class MemoryBackend:
 
     async def _call(self, transition: Callable[[JobTable, datetime], T]) -> T:
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed:
+        if self._closed or self._inbox is None:
             raise StoreClosed("the store is closed")
         reply_send, reply_receive = trio.open_memory_channel(1)
         try:
@@ -109,7 +158,7 @@ class MemoryBackend:
             raise value
         raise EngineError(f"the in-memory engine failed: {type(value).__name__}") from value
 
-    # -- the backend protocol ----------------------------------------------------------
+    # -- the work path -----------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
         def run(table: JobTable, now: datetime) -> list[int]:
@@ -122,65 +171,40 @@ class MemoryBackend:
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         return await self._call(lambda table, now: table.claim(queue, worker_id, n, now))
 
-    async def heartbeat(self, queue: str, job_id: int, token: int, extend_s: float | None) -> bool:
+    async def heartbeat(
+        self, queue: str, claims: Sequence[Claim], extend_s: float | None
+    ) -> list[int]:
+        return await self._call(lambda table, now: table.heartbeat(queue, claims, extend_s, now))
+
+    async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        return await self._call(lambda table, now: table.ack(queue, claims, now))
+
+    async def ack_and_claim(
+        self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
         return await self._call(
-            lambda table, now: table.heartbeat(queue, job_id, token, extend_s, now)
+            lambda table, now: table.ack_and_claim(queue, claims, worker_id, n, now)
         )
 
-    async def ack(self, queue: str, job_id: int, token: int) -> bool:
-        return await self._call(lambda table, now: table.ack(queue, job_id, token, now))
+    async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
+        return await self._call(lambda table, now: table.retry(queue, items, now))
 
-    async def retry(
-        self, queue: str, job_id: int, token: int, error: str | None, delay_s: float | None
-    ) -> bool:
-        return await self._call(
-            lambda table, now: table.retry(queue, job_id, token, error, delay_s, now)
-        )
-
-    async def fail(self, queue: str, job_id: int, token: int, error: str | None) -> bool:
-        return await self._call(lambda table, now: table.fail(queue, job_id, token, error, now))
+    async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
+        return await self._call(lambda table, now: table.fail(queue, items, now))
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         return await self._call(lambda table, now: table.ack_batch(queue, job_ids, now))
 
-    async def heartbeat_claims(
-        self, queue: str, claims: Sequence[tuple[int, int]], extend_s: float | None
-    ) -> list[int]:
-        return await self._call(
-            lambda table, now: table.heartbeat_claims(queue, claims, extend_s, now)
-        )
-
-    async def ack_claims(self, queue: str, claims: Sequence[tuple[int, int]]) -> list[int]:
-        return await self._call(lambda table, now: table.ack_claims(queue, claims, now))
-
-    async def ack_claims_and_claim(
-        self, queue: str, claims: Sequence[tuple[int, int]], worker_id: str, n: int
-    ) -> tuple[list[int], list[Job]]:
-        return await self._call(
-            lambda table, now: table.ack_claims_and_claim(queue, claims, worker_id, n, now)
-        )
-
-    async def retry_claims(
-        self, queue: str, items: Sequence[tuple[int, int, str | None, float | None]]
-    ) -> list[bool]:
-        return await self._call(lambda table, now: table.retry_claims(queue, items, now))
-
-    async def fail_claims(
-        self, queue: str, items: Sequence[tuple[int, int, str | None]]
-    ) -> list[bool]:
-        return await self._call(lambda table, now: table.fail_claims(queue, items, now))
+    # -- the operator path -------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: int) -> bool:
         return await self._call(lambda table, now: table.cancel(queue, job_id))
 
-    async def get_job(self, queue: str, job_id: int) -> Job | None:
-        return await self._call(lambda table, now: table.get(queue, job_id))
+    async def get_job(self, job_id: int, queue: str | None) -> Job | None:
+        return await self._call(lambda table, now: table.get(job_id, queue))
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         return await self._call(lambda table, now: table.sweep_expired(queue, retention_s, now))
-
-    async def find_job(self, job_id: int) -> Job | None:
-        return await self._call(lambda table, now: table.find(job_id))
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None
@@ -203,6 +227,8 @@ class MemoryBackend:
         return await self._call(
             lambda table, now: table.purge_dead(queue, older_than_s, now, dry_run=dry_run)
         )
+
+    # -- lifecycle, transactions, wakes -------------------------------------------------
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
@@ -230,7 +256,8 @@ class MemoryBackend:
     def close(self) -> None:
         """Stop taking requests (those already sent are still answered). Idempotent."""
         self._closed = True
-        self._inbox.close()
+        if self._inbox is not None:
+            self._inbox.close()
         self.wakes.close()
 
 
@@ -238,7 +265,7 @@ class MemoryTransaction:
     """Q10 on the in-memory engine: rows are buffered with reserved ids and inserted, with
     one wake per touched queue, by one actor request at commit."""
 
-    def __init__(self, backend: MemoryBackend) -> None:
+    def __init__(self, backend: MemoryEngine) -> None:
         self._backend = backend
         self._rows: list[tuple[int, EnqueueSpec]] = []
         self._finished = False
@@ -271,16 +298,3 @@ class MemoryTransaction:
             backend.wakes.publish({spec.queue for _, spec in rows})
 
         await backend._call(run)
-
-
-@asynccontextmanager
-async def open_memory_backend(clock: Clock) -> AsyncIterator[MemoryBackend]:
-    """Run an in-memory engine actor for the duration of the block."""
-    inbox, requests = trio.open_memory_channel[_Request](math.inf)
-    backend = MemoryBackend(clock, inbox)
-    async with open_background_nursery() as nursery:
-        nursery.start_soon(backend._serve, requests)
-        try:
-            yield backend
-        finally:
-            backend.close()

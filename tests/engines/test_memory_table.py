@@ -22,10 +22,11 @@ from alkstore_trio._core import (
     MAX_ATTEMPTS_EXCEEDED,
     EnqueueSpec,
     Job,
-    JobTable,
     SweepResult,
     _transitions,
 )
+from alkstore_trio._engines._memory._table import JobTable
+from alkstore_trio.engine import Claim, FailItem, RetryItem
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 ONE_US = timedelta(microseconds=1)
@@ -98,11 +99,11 @@ def test_q10_reserved_ids_are_never_reused():
     assert table.reserve_ids(3) == [1, 2, 3]
     assert add(table) == 4
     assert table.insert([(2, spec(payload=b"late"))], at(5)) == [2]
-    job = table.get("q", 2)
+    job = table.get(2, "q")
     assert job is not None
     assert job.payload == b"late"
     assert job.enqueued_at == at(5)
-    assert table.get("q", 1) is None, "a reserved id that was never inserted has no row"
+    assert table.get(1, "q") is None, "a reserved id that was never inserted has no row"
     assert table.reserve_ids(0) == []
     assert add(table) == 5
 
@@ -110,22 +111,22 @@ def test_q10_reserved_ids_are_never_reused():
 def test_q8_get_is_scoped_to_the_queue_and_sees_dead_rows():
     table = JobTable()
     job_id = add(table, queue="a")
-    assert table.get("a", job_id) is not None
-    assert table.get("b", job_id) is None
-    assert table.get("a", 999) is None
+    assert table.get(job_id, "a") is not None
+    assert table.get(job_id, "b") is None
+    assert table.get(999, "a") is None
     (job,) = table.claim("a", "w", 1, T0)
-    assert table.fail("a", job_id, job.attempts, None, T0)
-    gone = table.get("a", job_id)
+    assert table.fail("a", [FailItem(job_id, job.attempts, None)], T0)[0]
+    gone = table.get(job_id, "a")
     assert gone is not None
     assert gone.state == "dead"
-    assert table.get("b", job_id) is None
+    assert table.get(job_id, "b") is None
 
 
 def test_q8_jobs_lists_live_and_dead_rows_in_id_order():
     table = JobTable()
     first, second, third = (add(table) for _ in range(3))
     (job,) = table.claim("q", "w", 1, T0)
-    table.fail("q", job.id, job.attempts, None, T0)
+    table.fail("q", [FailItem(job.id, job.attempts, None)], T0)[0]
     assert [j.id for j in table.jobs()] == [first, second, third]
     assert [j.state for j in table.jobs()] == ["dead", "pending", "pending"]
     assert len(table) == 3
@@ -161,7 +162,7 @@ def test_q3_claim_of_zero_or_fewer_does_nothing(n):
     job_id = add(table, max_attempts=1, visibility_timeout_s=1)
     assert len(table.claim("q", "w", 1, T0)) == 1
     assert table.claim("q", "w", n, at(100)) == []
-    row = table.get("q", job_id)
+    row = table.get(job_id, "q")
     assert row is not None
     assert row.state == "processing", "no pre-claim sweep either (decision 5)"
 
@@ -182,7 +183,7 @@ def test_q3_claim_sets_claim_fields_and_returns_the_post_claim_snapshot():
     assert job.claimed_by == "worker-1"
     assert job.claimed_at == at(3)
     assert job.claim_expires_at == at(48)
-    assert table.get("q", job_id) == job
+    assert table.get(job_id, "q") == job
 
 
 def test_q3_delayed_rows_become_claimable_when_due():
@@ -226,8 +227,10 @@ def test_q3_reclaim_consumes_an_attempt():
     assert second.attempts == 2
     assert second.claimed_by == "w2"
     assert second.claim_expires_at == at(60) + ONE_US
-    assert not table.ack("q", job_id, first.attempts, at(31)), "the old token is refused"
-    assert table.ack("q", job_id, second.attempts, at(31))
+    assert not bool(table.ack("q", [Claim(job_id, first.attempts)], at(31))), (
+        "the old token is refused"
+    )
+    assert bool(table.ack("q", [Claim(job_id, second.attempts)], at(31)))
 
 
 def test_q3_reclaimed_rows_keep_their_place_in_the_claim_order():
@@ -245,14 +248,14 @@ def test_q3_pre_claim_sweep_dead_letters_lapsed_rows_at_budget():
     (job,) = table.claim("q", "w", 1, T0)
     other = add(table, at(5))
     assert ids(table.claim("q", "w", 1, at(11))) == [other]
-    gone = table.get("q", spent)
+    gone = table.get(spent, "q")
     assert gone is not None
     assert gone.state == "dead"
     assert gone.last_error == MAX_ATTEMPTS_EXCEEDED
     assert gone.died_at == at(11)
     assert gone.claimed_by == "w", "decision 1: claim fields kept"
     assert gone.attempts == 1
-    assert not table.ack("q", spent, job.attempts, at(11))
+    assert not bool(table.ack("q", [Claim(spent, job.attempts)], at(11)))
 
 
 def test_q3_pre_claim_sweep_runs_even_when_nothing_is_claimable():
@@ -260,7 +263,7 @@ def test_q3_pre_claim_sweep_runs_even_when_nothing_is_claimable():
     spent = add(table, visibility_timeout_s=10, max_attempts=1)
     table.claim("q", "w", 1, T0)
     assert table.claim("q", "w", 1, at(11)) == []
-    row = table.get("q", spent)
+    row = table.get(spent, "q")
     assert row is not None
     assert row.state == "dead"
 
@@ -271,7 +274,7 @@ def test_q3_pre_claim_sweep_sweeps_every_lapsed_row_at_budget_even_with_n_1():
     table.claim("q", "w", 5, T0)
     fresh = add(table, at(1))
     assert ids(table.claim("q", "w", 1, at(11))) == [fresh]
-    assert all(table.get("q", job_id).state == "dead" for job_id in spent)  # type: ignore[union-attr]
+    assert all(table.get(job_id, "q").state == "dead" for job_id in spent)  # type: ignore[union-attr]
 
 
 def test_q3_pre_claim_sweep_is_scoped_to_the_queue():
@@ -280,11 +283,11 @@ def test_q3_pre_claim_sweep_is_scoped_to_the_queue():
     table.claim("b", "w", 1, T0)
     add(table, queue="a")
     table.claim("a", "w", 1, at(11))
-    row = table.get("b", spent)
+    row = table.get(spent, "b")
     assert row is not None
     assert row.state == "processing"
     assert table.claim("b", "w", 1, at(11)) == []
-    assert table.get("b", spent).state == "dead"  # type: ignore[union-attr]
+    assert table.get(spent, "b").state == "dead"  # type: ignore[union-attr]
 
 
 def test_q3_pre_claim_sweep_does_not_touch_valid_claims_at_budget():
@@ -292,7 +295,7 @@ def test_q3_pre_claim_sweep_does_not_touch_valid_claims_at_budget():
     job_id = add(table, visibility_timeout_s=10, max_attempts=1)
     table.claim("q", "w", 1, T0)
     table.claim("q", "w", 1, at(10))
-    row = table.get("q", job_id)
+    row = table.get(job_id, "q")
     assert row is not None
     assert row.state == "processing"
 
@@ -302,7 +305,7 @@ def test_q3_expired_rows_are_never_claimed_and_stay_for_the_sweep():
     stale = add(table, expires_in_s=5)
     fresh = add(table)
     assert ids(table.claim("q", "w", 5, at(6))) == [fresh]
-    row = table.get("q", stale)
+    row = table.get(stale, "q")
     assert row is not None
     assert row.state == "pending"
     assert table.sweep_expired("q", None, at(6)) == SweepResult(1, 0)
@@ -313,7 +316,7 @@ def test_q3_a_lapsed_expired_row_is_not_reclaimed():
     job_id = add(table, expires_in_s=20, visibility_timeout_s=10)
     table.claim("q", "w", 1, T0)
     assert table.claim("q", "w", 1, at(21)) == []
-    assert table.get("q", job_id).state == "processing"  # type: ignore[union-attr]
+    assert table.get(job_id, "q").state == "processing"  # type: ignore[union-attr]
 
 
 # -- Q4 handle operations on the table -----------------------------------------------------
@@ -323,11 +326,11 @@ def test_q4_heartbeat_is_an_absolute_reset_and_moves_the_lease():
     table = JobTable()
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.heartbeat("q", job_id, job.attempts, 100, at(5))
-    assert table.get("q", job_id).claim_expires_at == at(105)  # type: ignore[union-attr]
+    assert bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 100, at(5)))
+    assert table.get(job_id, "q").claim_expires_at == at(105)  # type: ignore[union-attr]
     assert table.claim("q", "x", 1, at(50)) == [], "the old lease entry is stale"
-    assert table.heartbeat("q", job_id, job.attempts, None, at(50))
-    assert table.get("q", job_id).claim_expires_at == at(60)  # type: ignore[union-attr]
+    assert bool(table.heartbeat("q", [Claim(job_id, job.attempts)], None, at(50)))
+    assert table.get(job_id, "q").claim_expires_at == at(60)  # type: ignore[union-attr]
     assert table.claim("q", "x", 1, at(60)) == []
     (again,) = table.claim("q", "x", 1, at(60) + ONE_US)
     assert again.attempts == 2
@@ -337,9 +340,9 @@ def test_q4_late_heartbeat_is_refused_and_changes_nothing():
     table = JobTable()
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
-    before = table.get("q", job_id)
-    assert not table.heartbeat("q", job_id, job.attempts, 100, at(10) + ONE_US)
-    assert table.get("q", job_id) == before
+    before = table.get(job_id, "q")
+    assert not bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 100, at(10) + ONE_US))
+    assert table.get(job_id, "q") == before
 
 
 @pytest.mark.parametrize("operation", ["heartbeat", "ack", "retry", "fail"])
@@ -348,17 +351,17 @@ def test_q4_operations_are_refused_for_wrong_token_queue_or_id(operation):
     job_id = add(table, queue="a")
     (job,) = table.claim("a", "w", 1, T0)
     calls = {
-        "heartbeat": lambda q, i, tok: table.heartbeat(q, i, tok, None, at(1)),
-        "ack": lambda q, i, tok: table.ack(q, i, tok, at(1)),
-        "retry": lambda q, i, tok: table.retry(q, i, tok, None, 0, at(1)),
-        "fail": lambda q, i, tok: table.fail(q, i, tok, None, at(1)),
+        "heartbeat": lambda q, i, tok: bool(table.heartbeat(q, [Claim(i, tok)], None, at(1))),
+        "ack": lambda q, i, tok: bool(table.ack(q, [Claim(i, tok)], at(1))),
+        "retry": lambda q, i, tok: table.retry(q, [RetryItem(i, tok, None, 0)], at(1))[0],
+        "fail": lambda q, i, tok: table.fail(q, [FailItem(i, tok, None)], at(1))[0],
     }
     call = calls[operation]
     assert not call("a", job_id, job.attempts + 1)
     assert not call("a", job_id, 0)
     assert not call("b", job_id, job.attempts)
     assert not call("a", 999, job.attempts)
-    assert table.get("a", job_id) == job
+    assert table.get(job_id, "a") == job
     assert call("a", job_id, job.attempts)
 
 
@@ -366,9 +369,9 @@ def test_q4_ack_deletes_the_row():
     table = JobTable()
     job_id = add(table)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.ack("q", job_id, job.attempts, at(1))
-    assert table.get("q", job_id) is None
-    assert not table.ack("q", job_id, job.attempts, at(1))
+    assert bool(table.ack("q", [Claim(job_id, job.attempts)], at(1)))
+    assert table.get(job_id, "q") is None
+    assert not bool(table.ack("q", [Claim(job_id, job.attempts)], at(1)))
     assert len(table) == 0
 
 
@@ -376,8 +379,8 @@ def test_q4_retry_below_budget_makes_the_row_claimable_after_the_delay():
     table = JobTable()
     job_id = add(table, max_attempts=3)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.retry("q", job_id, job.attempts, "boom", 20, at(1))
-    row = table.get("q", job_id)
+    assert table.retry("q", [RetryItem(job_id, job.attempts, "boom", 20)], at(1))[0]
+    row = table.get(job_id, "q")
     assert row is not None
     assert row.state == "pending"
     assert row.last_error == "boom"
@@ -391,8 +394,8 @@ def test_q4_retry_at_budget_dead_letters():
     table = JobTable()
     job_id = add(table, max_attempts=1)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.retry("q", job_id, job.attempts, None, None, at(1))
-    row = table.get("q", job_id)
+    assert table.retry("q", [RetryItem(job_id, job.attempts, None, None)], at(1))[0]
+    row = table.get(job_id, "q")
     assert row is not None
     assert row.state == "dead"
     assert row.last_error == MAX_ATTEMPTS_EXCEEDED
@@ -403,11 +406,11 @@ def test_q4_fail_dead_letters_now():
     table = JobTable()
     job_id = add(table, max_attempts=5)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.fail("q", job_id, job.attempts, None, at(2))
-    row = table.get("q", job_id)
+    assert table.fail("q", [FailItem(job_id, job.attempts, None)], at(2))[0]
+    row = table.get(job_id, "q")
     assert row is not None
     assert (row.state, row.last_error, row.died_at) == ("dead", FAILED, at(2))
-    assert not table.fail("q", job_id, job.attempts, None, at(2))
+    assert not table.fail("q", [FailItem(job_id, job.attempts, None)], at(2))[0]
 
 
 # -- Q6 ack_batch --------------------------------------------------------------------------
@@ -423,7 +426,7 @@ def test_q6_ack_batch_counts_only_valid_processing_rows_of_this_queue():
     table.claim("q", "w3", 1, T0)
     dead_id = add(table)
     (dying,) = table.claim("q", "w", 1, T0)
-    table.fail("q", dead_id, dying.attempts, None, T0)
+    table.fail("q", [FailItem(dead_id, dying.attempts, None)], T0)[0]
     pending_id = add(table)
     other_queue = add(table, queue="other")
     table.claim("other", "w", 1, T0)
@@ -434,12 +437,12 @@ def test_q6_ack_batch_counts_only_valid_processing_rows_of_this_queue():
         at(10),
     )
     assert count == 2
-    assert table.get("q", valid_a) is None
-    assert table.get("q", valid_b) is None
-    assert table.get("q", lapsed).state == "processing"  # type: ignore[union-attr]
-    assert table.get("q", pending_id).state == "pending"  # type: ignore[union-attr]
-    assert table.get("q", dead_id).state == "dead"  # type: ignore[union-attr]
-    assert table.get("other", other_queue).state == "processing"  # type: ignore[union-attr]
+    assert table.get(valid_a, "q") is None
+    assert table.get(valid_b, "q") is None
+    assert table.get(lapsed, "q").state == "processing"  # type: ignore[union-attr]
+    assert table.get(pending_id, "q").state == "pending"  # type: ignore[union-attr]
+    assert table.get(dead_id, "q").state == "dead"  # type: ignore[union-attr]
+    assert table.get(other_queue, "other").state == "processing"  # type: ignore[union-attr]
 
 
 def test_q6_ack_batch_boundary_at_the_deadline():
@@ -449,8 +452,8 @@ def test_q6_ack_batch_boundary_at_the_deadline():
     table.claim("q", "w", 1, T0)
     table.claim("q", "w", 1, T0 + ONE_US)
     assert table.ack_batch("q", [lapsed, at_deadline], at(10) + ONE_US) == 1
-    assert table.get("q", at_deadline) is None
-    assert table.get("q", lapsed) is not None
+    assert table.get(at_deadline, "q") is None
+    assert table.get(lapsed, "q") is not None
 
 
 def test_q6_ack_batch_empty():
@@ -471,13 +474,13 @@ def test_r2_ack_claims_deletes_only_valid_claims_with_their_token():
     assert reclaimed.id == stale_token
     claims = [(valid, v.attempts), (stale_token, s.attempts), (lapsed, lp.attempts)]
     claims += [(other_queue, o.attempts), (10**12, 1), (valid, v.attempts)]
-    assert table.ack_claims("q", claims, at(6)) == [valid]
-    assert table.get("q", valid) is None
-    assert table.get("q", stale_token).attempts == 2  # type: ignore[union-attr]
-    assert table.get("q", lapsed).state == "processing"  # type: ignore[union-attr]
-    assert table.get("other", other_queue).state == "processing"  # type: ignore[union-attr]
-    assert table.ack_claims("q", [(stale_token, 2)], at(6)) == [stale_token]
-    assert table.ack_claims("q", [], at(6)) == []
+    assert table.ack("q", claims, at(6)) == [valid]
+    assert table.get(valid, "q") is None
+    assert table.get(stale_token, "q").attempts == 2  # type: ignore[union-attr]
+    assert table.get(lapsed, "q").state == "processing"  # type: ignore[union-attr]
+    assert table.get(other_queue, "other").state == "processing"  # type: ignore[union-attr]
+    assert table.ack("q", [(stale_token, 2)], at(6)) == [stale_token]
+    assert table.ack("q", [], at(6)) == []
 
 
 def test_r2_ack_claims_and_claim_acks_then_claims_at_one_now():
@@ -487,19 +490,19 @@ def test_r2_ack_claims_and_claim_acks_then_claims_at_one_now():
     spent = add(table, priority=7, visibility_timeout_s=5, max_attempts=1)
     fresh = add(table, priority=1)
     (d, lp, sp) = table.claim("q", "w1", 3, T0)
-    acked, claimed = table.ack_claims_and_claim(
+    acked, claimed = table.ack_and_claim(
         "q", [(done, d.attempts), (lapsed, lp.attempts)], "w2", 5, at(6)
     )
     # The valid ack went through; the lapsed one was refused and its job reclaimed by
     # the claim part (attempt 2); the spent one was swept; the fresh one claimed.
     assert acked == [done]
-    assert table.get("q", done) is None
+    assert table.get(done, "q") is None
     assert [(job.id, job.attempts, job.claimed_by) for job in claimed] == [
         (lapsed, 2, "w2"),
         (fresh, 1, "w2"),
     ]
     assert all(job.claimed_at == at(6) for job in claimed)
-    dead = table.get("q", spent)
+    dead = table.get(spent, "q")
     assert dead is not None
     assert (dead.state, dead.last_error) == ("dead", MAX_ATTEMPTS_EXCEEDED)
     assert sp.attempts == 1
@@ -512,8 +515,8 @@ def test_r2_ack_claims_and_claim_with_n_zero_only_acks():
     add(table)
     (d,) = table.claim("q", "w1", 1, T0)
     table.claim("q", "w1", 1, at(1))
-    assert table.ack_claims_and_claim("q", [(done, d.attempts)], "w2", 0, at(10)) == ([done], [])
-    assert table.get("q", spent).state == "processing"  # type: ignore[union-attr]
+    assert table.ack_and_claim("q", [(done, d.attempts)], "w2", 0, at(10)) == ([done], [])
+    assert table.get(spent, "q").state == "processing"  # type: ignore[union-attr]
 
 
 def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
@@ -533,21 +536,21 @@ def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
     claims = [(valid, v.attempts), (stale_token, s.attempts), (lapsed, lp.attempts)]
     claims += [(short, sh.attempts), (other_queue, o.attempts), (10**12, 1)]
     claims += [(valid, v.attempts)]
-    before = {job_id: table.get("q", job_id) for job_id in (stale_token, lapsed)}
+    before = {job_id: table.get(job_id, "q") for job_id in (stale_token, lapsed)}
     # Default: each row's own visibility_timeout_s, an absolute reset from now.
-    assert table.heartbeat_claims("q", claims, None, at(6)) == [valid, short]
-    assert table.get("q", valid).claim_expires_at == at(106)  # type: ignore[union-attr]
-    assert table.get("q", short).claim_expires_at == at(16)  # type: ignore[union-attr]
+    assert table.heartbeat("q", claims, None, at(6)) == [valid, short]
+    assert table.get(valid, "q").claim_expires_at == at(106)  # type: ignore[union-attr]
+    assert table.get(short, "q").claim_expires_at == at(16)  # type: ignore[union-attr]
     for job_id, row in before.items():
-        assert table.get("q", job_id) == row
-    assert table.get("other", other_queue).claim_expires_at == at(100)  # type: ignore[union-attr]
+        assert table.get(job_id, "q") == row
+    assert table.get(other_queue, "other").claim_expires_at == at(100)  # type: ignore[union-attr]
     # Renewed claims are not reclaimable at their old deadline; attempts do not change.
     assert [job.id for job in table.claim("q", "w3", 10, at(11))] == [lapsed]
-    assert table.get("q", short).attempts == 1  # type: ignore[union-attr]
+    assert table.get(short, "q").attempts == 1  # type: ignore[union-attr]
     # An explicit extend_s may shorten the lease.
-    assert table.heartbeat_claims("q", [(valid, 1), (short, 1)], 2, at(12)) == [valid, short]
-    assert table.get("q", valid).claim_expires_at == at(14)  # type: ignore[union-attr]
-    assert table.heartbeat_claims("q", [], None, at(12)) == []
+    assert table.heartbeat("q", [(valid, 1), (short, 1)], 2, at(12)) == [valid, short]
+    assert table.get(valid, "q").claim_expires_at == at(14)  # type: ignore[union-attr]
+    assert table.heartbeat("q", [], None, at(12)) == []
 
 
 def test_r2_retry_claims_retries_only_valid_claims_with_their_token():
@@ -562,7 +565,7 @@ def test_r2_retry_claims_retries_only_valid_claims_with_their_token():
     (o,) = table.claim("other", "w1", 1, T0)
     (reclaimed,) = table.claim("q", "w2", 1, at(6))
     assert reclaimed.id == stale_token  # attempts now 2
-    before = {job_id: table.get("q", job_id) for job_id in (stale_token, lapsed)}
+    before = {job_id: table.get(job_id, "q") for job_id in (stale_token, lapsed)}
     items = [
         (lapsed, tokens[lapsed], "late", 0.0),
         (again, tokens[again], "boom", 7.0),
@@ -572,23 +575,23 @@ def test_r2_retry_claims_retries_only_valid_claims_with_their_token():
         (spent_default, tokens[spent_default], None, None),
         (10**12, 1, None, 0.0),
     ]
-    assert table.retry_claims("q", items, at(6)) == [False, True, False, True, False, True, False]
-    row = table.get("q", again)
+    assert table.retry("q", items, at(6)) == [False, True, False, True, False, True, False]
+    row = table.get(again, "q")
     assert row is not None
     assert (row.state, row.run_at, row.last_error, row.attempts) == ("pending", at(13), "boom", 1)
     assert (row.claimed_by, row.claimed_at, row.claim_expires_at) == (None, None, None)
     for job_id, last_error in ((spent, "last"), (spent_default, MAX_ATTEMPTS_EXCEEDED)):
-        dead = table.get("q", job_id)
+        dead = table.get(job_id, "q")
         assert dead is not None
         assert (dead.state, dead.last_error, dead.died_at) == ("dead", last_error, at(6))
         assert (dead.claimed_by, dead.claimed_at) == ("w1", T0)
     for job_id, before_row in before.items():
-        assert table.get("q", job_id) == before_row
-    assert table.get("other", other_queue).state == "processing"  # type: ignore[union-attr]
+        assert table.get(job_id, "q") == before_row
+    assert table.get(other_queue, "other").state == "processing"  # type: ignore[union-attr]
     # Due at 13 s, after the lapsed claims that were ready before it.
     assert ids(table.claim("q", "w3", 10, at(13) - ONE_US)) == [stale_token, lapsed]
     assert ids(table.claim("q", "w3", 10, at(13))) == [again]
-    assert table.retry_claims("q", [], at(13)) == []
+    assert table.retry("q", [], at(13)) == []
 
 
 def test_r2_fail_claims_dead_letters_only_valid_claims_with_their_token():
@@ -600,16 +603,16 @@ def test_r2_fail_claims_dead_letters_only_valid_claims_with_their_token():
     tokens = {job.id: job.attempts for job in table.claim("q", "w1", 4, T0)}
     (reclaimed,) = table.claim("q", "w2", 1, at(6))
     assert reclaimed.id == stale_token
-    before = {job_id: table.get("q", job_id) for job_id in (stale_token, lapsed)}
+    before = {job_id: table.get(job_id, "q") for job_id in (stale_token, lapsed)}
     items = [
         (lapsed, tokens[lapsed], "x"),
         (named, tokens[named], "bad input"),
         (stale_token, tokens[stale_token], "x"),
         (unnamed, tokens[unnamed], None),
     ]
-    assert table.fail_claims("q", items, at(6)) == [False, True, False, True]
+    assert table.fail("q", items, at(6)) == [False, True, False, True]
     for job_id, last_error in ((named, "bad input"), (unnamed, FAILED)):
-        dead = table.get("q", job_id)
+        dead = table.get(job_id, "q")
         assert dead is not None
         assert (dead.state, dead.last_error, dead.died_at, dead.attempts) == (
             "dead",
@@ -618,8 +621,8 @@ def test_r2_fail_claims_dead_letters_only_valid_claims_with_their_token():
             1,
         )
     for job_id, before_row in before.items():
-        assert table.get("q", job_id) == before_row
-    assert table.fail_claims("q", [], at(6)) == []
+        assert table.get(job_id, "q") == before_row
+    assert table.fail("q", [], at(6)) == []
 
 
 def test_r2_retry_and_fail_claims_apply_a_job_listed_twice_once_by_its_first_valid_item():
@@ -635,13 +638,13 @@ def test_r2_retry_and_fail_claims_apply_a_job_listed_twice_once_by_its_first_val
         (retried, tokens[retried], "first", 3.0),
         (retried, tokens[retried], "second", 0.0),
     ]
-    assert table.retry_claims("q", items, at(1)) == [False, True, False]
-    row = table.get("q", retried)
+    assert table.retry("q", items, at(1)) == [False, True, False]
+    row = table.get(retried, "q")
     assert row is not None
     assert (row.state, row.last_error, row.run_at) == ("pending", "first", at(4))
     fails = [(failed, tokens[failed], "first"), (failed, tokens[failed], "second")]
-    assert table.fail_claims("q", fails, at(1)) == [True, False]
-    assert table.get("q", failed).last_error == "first"  # type: ignore[union-attr]
+    assert table.fail("q", fails, at(1)) == [True, False]
+    assert table.get(failed, "q").last_error == "first"  # type: ignore[union-attr]
 
 
 # -- Q7 cancel -----------------------------------------------------------------------------
@@ -656,12 +659,14 @@ def test_q7_cancel_deletes_pending_and_processing_but_not_dead():
     assert table.cancel("q", waiting)
     assert table.cancel("q", held)
     assert not table.cancel("q", held)
-    assert not table.ack("q", held, job.attempts, at(1)), "the holder's ack is refused"
+    assert not bool(table.ack("q", [Claim(held, job.attempts)], at(1))), (
+        "the holder's ack is refused"
+    )
     dead_id = add(table)
     (dying,) = table.claim("q", "w", 1, T0)
-    table.fail("q", dead_id, dying.attempts, None, T0)
+    table.fail("q", [FailItem(dead_id, dying.attempts, None)], T0)[0]
     assert not table.cancel("q", dead_id)
-    assert table.get("q", dead_id) is not None
+    assert table.get(dead_id, "q") is not None
     assert not table.cancel("q", 12345)
 
 
@@ -669,7 +674,7 @@ def test_q7_cancel_is_scoped_to_the_queue():
     table = JobTable()
     job_id = add(table, queue="a")
     assert not table.cancel("b", job_id)
-    assert table.get("a", job_id) is not None
+    assert table.get(job_id, "a") is not None
 
 
 # -- Q9 sweep ------------------------------------------------------------------------------
@@ -686,12 +691,12 @@ def test_q9_sweep_dead_letters_expired_pending_and_processing_rows():
     assert table.sweep_expired("q", None, at(10)) == SweepResult(0, 0), "not past expires_at"
     assert table.sweep_expired("q", None, at(10) + ONE_US) == SweepResult(2, 0)
     for job_id in (held, waiting):
-        row = table.get("q", job_id)
+        row = table.get(job_id, "q")
         assert row is not None
         assert (row.state, row.last_error, row.died_at) == ("dead", EXPIRED, at(10) + ONE_US)
-    assert table.get("q", fresh).state == "pending"  # type: ignore[union-attr]
-    assert table.get("q", forever).state == "pending"  # type: ignore[union-attr]
-    assert not table.ack("q", held, job.attempts, at(11))
+    assert table.get(fresh, "q").state == "pending"  # type: ignore[union-attr]
+    assert table.get(forever, "q").state == "pending"  # type: ignore[union-attr]
+    assert not bool(table.ack("q", [Claim(held, job.attempts)], at(11)))
     assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
 
 
@@ -700,7 +705,7 @@ def test_q9_sweep_skips_rows_that_already_left():
     acked = add(table, expires_in_s=10)
     cancelled = add(table, expires_in_s=10)
     (job,) = table.claim("q", "w", 1, T0)
-    table.ack("q", acked, job.attempts, T0)
+    bool(table.ack("q", [Claim(acked, job.attempts)], T0))
     table.cancel("q", cancelled)
     assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
 
@@ -710,7 +715,7 @@ def test_q9_retention_none_keeps_dead_rows_forever():
     job_id = add(table, expires_in_s=1)
     assert table.sweep_expired("q", None, at(2)) == SweepResult(1, 0)
     assert table.sweep_expired("q", None, at(10**9)) == SweepResult(0, 0)
-    assert table.get("q", job_id) is not None
+    assert table.get(job_id, "q") is not None
 
 
 def test_q9_retention_zero_purges_on_the_next_instant():
@@ -718,7 +723,7 @@ def test_q9_retention_zero_purges_on_the_next_instant():
     job_id = add(table, expires_in_s=1)
     assert table.sweep_expired("q", 0, at(2)) == SweepResult(1, 0), "died_at + 0 < now is false"
     assert table.sweep_expired("q", 0, at(2) + ONE_US) == SweepResult(0, 1)
-    assert table.get("q", job_id) is None
+    assert table.get(job_id, "q") is None
     assert len(table) == 0
 
 
@@ -729,12 +734,12 @@ def test_q9_retention_purges_in_died_at_order_strictly_after_retention():
     third = add(table, max_attempts=5)
     jobs = table.claim("q", "w", 3, T0)
     tokens = {job.id: job.attempts for job in jobs}
-    table.fail("q", first, tokens[first], None, at(10))
-    table.retry("q", second, tokens[second], None, None, at(20))  # at budget: dead
-    table.fail("q", third, tokens[third], "x", at(30))
+    table.fail("q", [FailItem(first, tokens[first], None)], at(10))[0]
+    table.retry("q", [RetryItem(second, tokens[second], None, None)], at(20))[0]  # at budget: dead
+    table.fail("q", [FailItem(third, tokens[third], "x")], at(30))[0]
     assert table.sweep_expired("q", 60, at(70)) == SweepResult(0, 0)
     assert table.sweep_expired("q", 60, at(80) + ONE_US) == SweepResult(0, 2)
-    assert table.get("q", third) is not None
+    assert table.get(third, "q") is not None
     assert table.sweep_expired("q", 60, at(91)) == SweepResult(0, 1)
 
 
@@ -744,7 +749,7 @@ def test_q9_pre_claim_swept_rows_are_purged_by_retention():
     table.claim("q", "w", 1, T0)
     table.claim("q", "w", 1, at(6))
     assert table.sweep_expired("q", 1, at(8)) == SweepResult(0, 1)
-    assert table.get("q", job_id) is None
+    assert table.get(job_id, "q") is None
 
 
 def test_q9_sweep_is_scoped_to_the_queue():
@@ -752,9 +757,9 @@ def test_q9_sweep_is_scoped_to_the_queue():
     a = add(table, queue="a", expires_in_s=1)
     b = add(table, queue="b", expires_in_s=1)
     assert table.sweep_expired("a", 0, at(5)) == SweepResult(1, 0)
-    assert table.get("b", b).state == "pending"  # type: ignore[union-attr]
+    assert table.get(b, "b").state == "pending"  # type: ignore[union-attr]
     assert table.sweep_expired("a", 0, at(6)) == SweepResult(0, 1)
-    assert table.get("a", a) is None
+    assert table.get(a, "a") is None
     assert table.sweep_expired("b", None, at(6)) == SweepResult(1, 0)
     assert table.sweep_expired("unknown", 0, at(6)) == SweepResult(0, 0)
 
@@ -774,7 +779,7 @@ def test_q3_heartbeaten_many_times_is_handed_out_once():
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
     for i in range(500):
-        assert table.heartbeat("q", job_id, job.attempts, 1 + (i % 7), at(i * 0.001))
+        assert bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 1 + (i % 7), at(i * 0.001)))
     # Every older lease entry has lapsed by now; only the newest may surface.
     later = at(100)
     reclaimed = table.claim("q", "x", 100, later)
@@ -791,7 +796,7 @@ def test_q3_retried_many_times_is_handed_out_once_per_claim():
         (job,) = table.claim("q", "w", 1, at(i))
         assert job.id == job_id
         assert job.attempts == i + 1
-        assert table.retry("q", job_id, job.attempts, None, 0, at(i))
+        assert table.retry("q", [RetryItem(job_id, job.attempts, None, 0)], at(i))[0]
     batch = table.claim("q", "w", 1000, at(301))
     assert ids(batch) == [job_id, *others]
 
@@ -801,7 +806,7 @@ def test_q3_retried_with_delays_leaves_no_early_ghosts():
     job_id = add(table, max_attempts=1000)
     for i in range(50):
         (job,) = table.claim("q", "w", 1, at(i * 100))
-        assert table.retry("q", job_id, job.attempts, None, 50 + i, at(i * 100))
+        assert table.retry("q", [RetryItem(job_id, job.attempts, None, 50 + i)], at(i * 100))[0]
     # The latest retry set run_at = 4900 + 99. Earlier (stale) delayed entries surface
     # first but must not hand the job out early.
     assert table.claim("q", "w", 10, at(4900 + 98)) == []
@@ -814,24 +819,24 @@ def test_q3_finished_jobs_are_never_resurrected(how):
     job_id = add(table, visibility_timeout_s=10, max_attempts=1, expires_in_s=50)
     (job,) = table.claim("q", "w", 1, T0)
     for i in range(20):
-        table.heartbeat("q", job_id, job.attempts, 1 + i, at(0.5))
+        bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 1 + i, at(0.5)))
     if how == "cancel":
         assert table.cancel("q", job_id)
     elif how == "ack":
-        assert table.ack("q", job_id, job.attempts, at(1))
+        assert bool(table.ack("q", [Claim(job_id, job.attempts)], at(1)))
     elif how == "fail":
-        assert table.fail("q", job_id, job.attempts, None, at(1))
+        assert table.fail("q", [FailItem(job_id, job.attempts, None)], at(1))[0]
     elif how == "retry_at_budget":
-        assert table.retry("q", job_id, job.attempts, None, None, at(1))
+        assert table.retry("q", [RetryItem(job_id, job.attempts, None, None)], at(1))[0]
     else:
         assert table.ack_batch("q", [job_id], at(1)) == 1
-    before = table.get("q", job_id)
+    before = table.get(job_id, "q")
     for t in (5, 15, 25, 40, 60, 1000):
         assert table.claim("q", "x", 100, at(t)) == []
         assert table.sweep_expired("q", None, at(t)).expired == 0
     # Even a clock set back (a heap rebuild) does not bring it back.
     assert table.claim("q", "x", 100, at(2)) == []
-    assert table.get("q", job_id) == before
+    assert table.get(job_id, "q") == before
 
 
 def test_q3_cancelled_pending_and_delayed_rows_are_never_handed_out():
@@ -855,10 +860,10 @@ def test_q3_no_row_is_handed_out_twice_within_one_claim_under_churn():
         assert len(handed) == len(set(handed))
         assert sorted(handed) == job_ids, "every job, each once (lapsed ones reclaimed)"
         for job in batch[::3]:
-            table.heartbeat("q", job.id, job.attempts, 1, now)
-            table.heartbeat("q", job.id, job.attempts, 2, now)
+            bool(table.heartbeat("q", [Claim(job.id, job.attempts)], 1, now))
+            bool(table.heartbeat("q", [Claim(job.id, job.attempts)], 2, now))
         for job in batch[1::3]:
-            table.retry("q", job.id, job.attempts, None, 0, now)
+            table.retry("q", [RetryItem(job.id, job.attempts, None, 0)], now)[0]
 
 
 # -- a clock set backwards: the heaps are rebuilt ------------------------------------------
@@ -886,7 +891,7 @@ def test_q3_clock_backwards_a_lapsed_claim_is_valid_again_then_lapses_again():
     # Back to t=20: the claim is valid again, so it is not reclaimable.
     assert table.claim("q", "x", 5, at(20)) == []
     # The holder's claim is valid again: it can heartbeat (deadline t=50) ...
-    assert table.heartbeat("q", held, job.attempts, None, at(20))
+    assert bool(table.heartbeat("q", [Claim(held, job.attempts)], None, at(20)))
     # ... and the stale ready entry from t=40 must not hand the row out early.
     assert table.claim("q", "x", 5, at(40)) == []
     assert table.claim("q", "x", 5, at(50)) == []
@@ -911,8 +916,8 @@ def test_q4_clock_backwards_the_holder_may_heartbeat_again():
     table = JobTable()
     held = add(table, visibility_timeout_s=30)
     (job,) = table.claim("q", "w", 1, T0)
-    assert not table.heartbeat("q", held, job.attempts, None, at(31))
-    assert table.heartbeat("q", held, job.attempts, 100, at(10))
+    assert not bool(table.heartbeat("q", [Claim(held, job.attempts)], None, at(31)))
+    assert bool(table.heartbeat("q", [Claim(held, job.attempts)], 100, at(10)))
     assert table.claim("q", "x", 1, at(50)) == [], "the new deadline is t=110"
     assert len(table.claim("q", "x", 1, at(110) + ONE_US)) == 1
 
@@ -947,9 +952,9 @@ def test_q3_clock_backwards_pre_claim_sweep_only_after_the_deadline():
     add(table, at(1))
     table.claim("q", "w", 1, at(10))  # observe t=10, lease pushed
     table.claim("q", "w", 1, at(5))  # backwards: rebuild
-    assert table.get("q", job_id).state == "processing"  # type: ignore[union-attr]
+    assert table.get(job_id, "q").state == "processing"  # type: ignore[union-attr]
     table.claim("q", "w", 1, at(31))
-    assert table.get("q", job_id).state == "dead"  # type: ignore[union-attr]
+    assert table.get(job_id, "q").state == "dead"  # type: ignore[union-attr]
 
 
 # -- atomicity when a transition raises ----------------------------------------------------
@@ -970,7 +975,7 @@ def test_q3_a_claim_that_raises_leaves_the_row_claimable(monkeypatch):
     with pytest.raises(RuntimeError):
         table.claim("q", "w", 1, T0)
     monkeypatch.setattr(_transitions, "claimed", real)
-    assert table.get("q", job_id).state == "pending"  # type: ignore[union-attr]
+    assert table.get(job_id, "q").state == "pending"  # type: ignore[union-attr]
     assert ids(table.claim("q", "w", 1, T0)) == [job_id]
 
 
@@ -984,9 +989,9 @@ def test_r2_retry_claims_that_raises_changes_nothing():
     before = list(table.jobs())
     items = [(first, tokens[first], "ok", 0.0), (second, tokens[second], None, None)]
     with pytest.raises(ValueError, match="resolved delay"):
-        table.retry_claims("q", items, at(1))
+        table.retry("q", items, at(1))
     assert list(table.jobs()) == before
-    assert table.retry_claims("q", items[:1], at(1)) == [True]
+    assert table.retry("q", items[:1], at(1)) == [True]
     assert ids(table.claim("q", "w", 10, at(1))) == [first]
 
 
@@ -1076,7 +1081,7 @@ def test_d24_a_redriven_row_is_not_expired_by_its_old_expiry_entry():
     # The heap still holds the old (T0 + 10 s) entry: it must not expire the row.
     table._index("q").expiry.append((at(10), job_id))
     assert table.sweep_expired("q", None, at(25)) == SweepResult(0, 0)
-    job = table.get("q", job_id)
+    job = table.get(job_id, "q")
     assert job is not None
     assert (job.state, job.expires_at) == ("pending", at(30))
     assert table.sweep_expired("q", None, at(30) + ONE_US) == SweepResult(1, 0)
@@ -1086,14 +1091,14 @@ def test_d24_a_row_dead_again_after_a_redrive_keeps_its_new_retention():
     table = JobTable()
     job_id = add(table)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.fail("q", job_id, job.attempts, None, T0)
+    assert table.fail("q", [FailItem(job_id, job.attempts, None)], T0)[0]
     assert table.requeue_dead("q", None, at(50)) == 1
     (job,) = table.claim("q", "w", 1, at(50))
     assert job.attempts == 1
-    assert table.fail("q", job_id, job.attempts, None, at(50))
+    assert table.fail("q", [FailItem(job_id, job.attempts, None)], at(50))[0]
     # The entry of the first death (T0) surfaces first: it must not purge the second.
     assert table.sweep_expired("q", 10, at(20)) == SweepResult(0, 0)
-    assert table.get("q", job_id) is not None
+    assert table.get(job_id, "q") is not None
     assert table.sweep_expired("q", 10, at(60) + ONE_US) == SweepResult(0, 1)
 
 
@@ -1101,7 +1106,7 @@ def test_d25_purge_dead_then_sweep_counts_nothing_twice():
     table = JobTable()
     job_id = add(table)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.fail("q", job_id, job.attempts, None, T0)
+    assert table.fail("q", [FailItem(job_id, job.attempts, None)], T0)[0]
     assert table.purge_dead("q", 5, at(5)) == 0
     assert table.purge_dead("q", 5, at(5) + ONE_US) == 1
     assert table.sweep_expired("q", 0, at(100)) == SweepResult(0, 0)

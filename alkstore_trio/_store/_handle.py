@@ -1,0 +1,139 @@
+"""A claim on one job, :class:`JobHandle` (Q4): heartbeat, ack, retry and fail, each a
+batch of one on the engine (Q13), fenced by the claim token."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar, final
+
+from .._core import Job, backoff_delay_s
+from .._core import _validate as v
+from .._engines._protocol import Claim, FailItem, RetryItem
+from .._errors import HandleConsumed
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Awaitable, Sequence
+
+    from ._queue import Queue
+
+_T = TypeVar("_T")
+
+
+def retry_item(job: Job, error: str | None, delay_s: float | None, rng: random.Random) -> RetryItem:
+    """The engine's retry item for a claim of ``job``, with the backoff draw resolved on
+    the caller's side (D2): one draw when ``delay_s`` is ``None`` and the claim is not the
+    job's last allowed attempt (at budget the job goes dead, and no delay is needed)."""
+    if delay_s is None and job.attempts < job.max_attempts:
+        delay_s = float(backoff_delay_s(job.backoff_base_s, job.attempts, rng))
+    return RetryItem(job.id, job.attempts, error, delay_s)
+
+
+async def _consume_all(handles: Sequence[JobHandle], operation: Awaitable[_T]) -> _T:
+    """Run a one-shot operation over many handles, as :meth:`JobHandle._consume` does
+    for one: the handles are consumed while it runs and after it returned; if it raised
+    (engine failure, cancellation), they all stay usable, so it can be repeated."""
+    for handle in handles:
+        handle._consumed = True
+    try:
+        return await operation
+    except BaseException:
+        for handle in handles:
+            handle._consumed = False
+        raise
+
+
+@final
+class JobHandle:
+    """A claim on one job, made by :meth:`Queue.claim_batch` (Q4).
+
+    Every operation is fenced by the claim token (the job's ``attempts`` at claim time)
+    and the deadline: once the claim lapsed, or the job was reclaimed, cancelled or
+    finished, operations return ``False`` and change nothing. ``ack``, ``retry`` and
+    ``fail`` are one-shot; ``heartbeat`` is repeatable.
+    """
+
+    def __init__(self, queue: Queue, job: Job) -> None:
+        self._queue = queue
+        self._job = job
+        self._consumed = False
+
+    @property
+    def job(self) -> Job:
+        """The job as it was right after the claim (``attempts`` is the claim token)."""
+        return self._job
+
+    @property
+    def id(self) -> int:
+        """The job's id."""
+        return self._job.id
+
+    def __repr__(self) -> str:
+        return (
+            f"<JobHandle id={self._job.id} queue={self._job.queue!r} attempt={self._job.attempts}>"
+        )
+
+    def _check_usable(self) -> None:
+        self._queue._store._check_open()
+        if self._consumed:
+            raise HandleConsumed(
+                f"job handle {self._job.id} was already used for ack, retry or fail"
+            )
+
+    async def heartbeat(self, extend_s: float | None = None) -> bool:
+        """Renew the claim: the deadline becomes now + ``extend_s`` (an absolute reset).
+
+        Args:
+            extend_s: Seconds (> 0); defaults to the row's ``visibility_timeout_s``.
+
+        Returns:
+            ``True`` if renewed; ``False`` if the claim was no longer valid (lapsed,
+            reclaimed, cancelled), in which case the work should stop.
+        """
+        self._check_usable()
+        extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
+        job = self._job
+        claims = [Claim(job.id, job.attempts)]
+        return bool(await self._queue._engine.heartbeat(job.queue, claims, extend))
+
+    async def ack(self) -> bool:
+        """Finish the job: delete its row. One-shot.
+
+        Returns:
+            ``True`` if deleted; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        job = self._job
+        claims = [Claim(job.id, job.attempts)]
+        return bool(await _consume_all([self], self._queue._engine.ack(job.queue, claims)))
+
+    async def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
+        """Give the job back to run again later, or dead-letter it at its budget. One-shot.
+
+        If this claim was the job's last allowed attempt, the row moves to dead with
+        ``last_error = error`` (or ``"max attempts exceeded"``). Otherwise it is pending
+        again after ``delay_s`` seconds (``0`` = at once), or after the backoff curve's
+        delay when ``delay_s`` is ``None``.
+
+        Returns:
+            ``True`` if applied; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        checked_error = v.check_error_text(error)
+        delay = v.check_optional_duration("delay_s", delay_s, min_s=0)
+        job = self._job
+        item = retry_item(job, checked_error, delay, self._queue._store._rng)
+        (applied,) = await _consume_all([self], self._queue._engine.retry(job.queue, [item]))
+        return applied
+
+    async def fail(self, error: str | None = None) -> bool:
+        """Dead-letter the job now, with ``last_error = error`` (or ``"failed"``). One-shot.
+
+        Returns:
+            ``True`` if applied; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        checked_error = v.check_error_text(error)
+        job = self._job
+        item = FailItem(job.id, job.attempts, checked_error)
+        (applied,) = await _consume_all([self], self._queue._engine.fail(job.queue, [item]))
+        return applied

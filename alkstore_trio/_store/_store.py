@@ -1,0 +1,283 @@
+"""The public face of every engine: :class:`Store` and :class:`Transaction`.
+
+These classes (with :class:`~._queue.Queue` and :class:`~._handle.JobHandle`) hold
+everything that must be identical on every engine: argument validation (so bad input
+fails the same way, before any I/O), the closed-store check (Q11), the one-shot rule of
+job handles (Q4) and the backoff draw (Q5). They then call the engine through the
+:class:`~alkstore_trio.engine.Engine` protocol. None of them is constructed by users:
+:func:`alkstore_trio.open_store` makes the store, and the store makes the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, final
+
+from .._core import DEFAULT_OPTS, EnqueueSpec, Job, QueueOpts, StoreStats, enqueue_specs
+from .._core import _validate as v
+from .._errors import HandleConsumed, InvalidArgument, StoreClosed
+from ._queue import Queue
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import AsyncIterator, Iterable
+    from datetime import datetime
+
+    from .._engines._protocol import Engine, EngineTransaction, SqlParams
+    from .._engines._wake import WakeListener
+
+
+@final
+class Store:
+    """An open job store on one engine. Made by :func:`alkstore_trio.open_store`.
+
+    A store hands out :class:`Queue` handles (no I/O), opens transactions and wake
+    listeners, and is closed by leaving its ``async with`` block or by :meth:`aclose`.
+    After that, every operation on it and on everything it made raises
+    :class:`StoreClosed`.
+    """
+
+    def __init__(self, engine: Engine, *, rng: random.Random, max_payload_bytes: int) -> None:
+        self._engine = engine
+        self._rng = rng
+        self._max_payload_bytes = max_payload_bytes
+        self._closed = False
+
+    def __repr__(self) -> str:
+        # The engine and where, never a DSN (it may hold a password).
+        return f"<Store {self._engine!r}{' closed' if self._closed else ''}>"
+
+    @property
+    def closed(self) -> bool:
+        """Whether the store was closed."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed; open a new one with open_store()")
+
+    def queue(self, name: str, opts: QueueOpts | None = None) -> Queue:
+        """A handle on the queue ``name`` (Q1). Queues are names: this does no I/O.
+
+        Args:
+            name: 1-63 characters from ``[A-Za-z0-9_.:-]``, starting with a letter or
+                digit; names starting with ``alk_`` are reserved.
+            opts: The stamps written onto every row this handle enqueues, and the
+                retention its sweeps apply. Defaults to ``QueueOpts()``.
+
+        Raises:
+            InvalidArgument: the name or the options are invalid.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        checked = v.check_queue_name(name)
+        if opts is None:
+            opts = DEFAULT_OPTS
+        elif not isinstance(opts, QueueOpts):
+            raise InvalidArgument(f"opts must be a QueueOpts or None; got {type(opts).__name__}")
+        return Queue(self, checked, opts)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """An atomic unit of enqueues (Q10).
+
+        Rows enqueued through the transaction become visible, and wake their queues, only
+        when the block exits cleanly; an exception (including cancellation) rolls them
+        all back. On PostgreSQL it is a real database transaction, in which your own
+        statements can run too.
+
+        Raises:
+            StoreClosed: the store is closed (also when it closes before the commit).
+        """
+        self._check_open()
+        async with self._engine.transaction() as engine_tx:
+            tx = Transaction(self, engine_tx)
+            try:
+                yield tx
+            finally:
+                tx._finished = True
+            self._check_open()
+
+    def open_wake_listener(
+        self, queues: str | Queue | Iterable[str | Queue]
+    ) -> AbstractAsyncContextManager[WakeListener]:
+        """Subscribe to the wakes of some queues, for the duration of an ``async with``.
+
+        A wake is sent after every committed enqueue into a queue. Listeners latch wakes,
+        so a claim loop that claims until nothing is left and then waits never misses
+        one. Wakes are best effort: keep a re-poll timeout as a safety net.
+
+        Args:
+            queues: Queue names or handles of this store (at least one); a single name
+                or handle is accepted too.
+
+        Raises:
+            InvalidArgument: a name is invalid or no queue was given.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        if isinstance(queues, str | Queue):
+            queues = [queues]  # one queue, not the letters of its name
+        names = frozenset(self._queue_name(q) for q in queues)
+        if not names:
+            raise InvalidArgument("queues must name at least one queue; got none")
+        return self._engine.open_wake_listener(names)
+
+    async def stats(self, queue: str | Queue | None = None) -> StoreStats:
+        """Count every queue's rows by state, at one instant of the engine's clock (D22).
+
+        For each queue with rows or counted jobs (or only ``queue``, listed even when
+        empty): ready and delayed pending rows, processing rows and how many of them
+        lapsed, dead rows, how long the oldest ready row has waited, and how many jobs
+        the queue acked, dead-lettered and cancelled so far (D27: cumulative counters;
+        two readings give rates). Counting is proportional to the rows counted (on
+        PostgreSQL it walks the partial indexes, not the table), so poll it every few
+        seconds, not in a tight loop.
+
+        Args:
+            queue: A queue name or handle of this store, or ``None`` for every queue.
+
+        Returns:
+            A frozen :class:`StoreStats`, with the clock read and the ids issued so far.
+
+        Raises:
+            InvalidArgument: ``queue`` is not a valid queue name or a handle of this store.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        name = None if queue is None else self._queue_name(queue)
+        return await self._engine.stats(name)
+
+    async def get_job(self, job_id: int) -> Job | None:
+        """Read the job with this id, live or dead, whatever its queue (D26).
+
+        :meth:`Queue.get_job` is the same lookup confined to one queue (Q8); this one is
+        for an operator who has only an id (``alkstore-trio jobs show ID``).
+
+        Returns:
+            The job, or ``None`` when no row has this id (never enqueued, acked,
+            cancelled or purged).
+
+        Raises:
+            InvalidArgument: ``job_id`` is not an int in the 64-bit range.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        checked = v.check_job_id(job_id)
+        return await self._engine.get_job(checked, None)
+
+    async def aclose(self) -> None:
+        """Close the store. Closing twice is harmless."""
+        self._closed = True
+        await self._engine.aclose()
+
+    def _queue_name(self, queue: object) -> str:
+        if isinstance(queue, Queue):
+            if queue._store is not self:
+                raise InvalidArgument(f"queue handle {queue.name!r} belongs to another store")
+            return queue.name
+        return v.check_queue_name(queue)
+
+    def _specs(
+        self,
+        queue: str,
+        opts: QueueOpts,
+        payloads: Sequence[object],
+        priority: object,
+        delay_s: object,
+        run_at: object,
+        max_attempts: object,
+        headers: object,
+    ) -> list[EnqueueSpec]:
+        return enqueue_specs(
+            queue,
+            opts,
+            payloads,
+            max_payload_bytes=self._max_payload_bytes,
+            priority=priority,
+            delay_s=delay_s,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            headers=headers,
+        )
+
+
+@final
+class Transaction:
+    """An open transaction of a store (Q10), made by :meth:`Store.transaction`."""
+
+    def __init__(self, store: Store, engine_tx: EngineTransaction) -> None:
+        self._store = store
+        self._engine = engine_tx
+        self._finished = False
+
+    async def enqueue(
+        self,
+        queue: Queue | str,
+        payload: bytes | bytearray | memoryview,
+        *,
+        priority: int = 0,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
+        """Enqueue one job inside the transaction; visible (and woken) only at commit.
+
+        Args:
+            queue: A queue handle of this store (its opts are stamped) or a queue name
+                (the default stamps 300 / 3 / 5 / None are used).
+            payload: As :meth:`Queue.enqueue`; so are the keyword options.
+
+        Returns:
+            The new job's id (if the transaction rolls back, the id is never used).
+
+        Raises:
+            InvalidArgument: an argument is invalid; nothing was buffered.
+            HandleConsumed: the transaction already ended.
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        if self._finished:
+            raise HandleConsumed("this transaction already ended; open a new one")
+        name = self._store._queue_name(queue)
+        opts = queue.opts if isinstance(queue, Queue) else DEFAULT_OPTS
+        specs = self._store._specs(
+            name, opts, [payload], priority, delay_s, run_at, max_attempts, headers
+        )
+        (job_id,) = await self._engine.enqueue(specs)
+        return job_id
+
+    async def execute(self, sql: str, params: SqlParams | None = None) -> None:
+        """Run your own statement inside the transaction (PostgreSQL only), so that your
+        business rows and your jobs commit or roll back together.
+
+        Args:
+            sql: One statement, with ``%s`` (or ``%(name)s``) placeholders. Never
+                format values into it: pass them in ``params``.
+            params: The values for the placeholders, sent separately from the query.
+
+        Raises:
+            InvalidArgument: ``sql`` is not a non-empty str, or the engine runs no SQL
+                (the in-memory engine).
+            EngineError: the database rejected the statement (the transaction then
+                rolls back when the block ends); the driver's error is ``__cause__``.
+        """
+        await self.fetch(sql, params)
+
+    async def fetch(self, sql: str, params: SqlParams | None = None) -> list[tuple[Any, ...]]:
+        """Like :meth:`execute`, and return the statement's rows as tuples (``[]`` when it
+        returns none)."""
+        self._store._check_open()
+        if self._finished:
+            raise HandleConsumed("this transaction already ended; open a new one")
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument(f"sql must be a non-empty str; got {type(sql).__name__}")
+        if params is not None and (
+            isinstance(params, str | bytes) or not isinstance(params, Sequence | Mapping)
+        ):
+            raise InvalidArgument(
+                f"params must be a sequence or a mapping of values; got {type(params).__name__}"
+            )
+        return await self._engine.fetch(sql, params)
