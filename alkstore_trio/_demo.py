@@ -499,33 +499,10 @@ async def run_demo(
                         nursery.start_soon(run.follow, events, refresher)
                         interval_s = LIVE_REFRESH_S if live else PLAIN_PROGRESS_S
                         nursery.start_soon(run.refresh, interval_s, refresher)
-                        for number, kind in enumerate(kinds):
-                            job_id = await queue.enqueue(
-                                f"{kind}:{number}".encode(),
-                                priority=rng.randint(0, 9),
-                                delay_s=round(rng.uniform(0, MAX_DELAY_S), 3),
-                            )
-                            ids.append(job_id)
-                            if kind == "stuck":
-                                run.stuck.add(job_id)
+                        ids = await _enqueue_mix(queue, kinds, rng, run.stuck)
                 display.close(run.progress())
                 completed = True
-                stats = worker.statistics()
-                summary.claims = stats.claimed
-                summary.acked = stats.acked
-                summary.retried = stats.retried
-                summary.timed_out = stats.timed_out
-                summary.lease_lost = stats.lease_lost
-                summary.cancelled = sorted(run.cancelled)
-                summary.wall_s = run.wall_s
-                for job_id in ids:
-                    row = await queue.get_job(job_id)
-                    if row is None:
-                        continue
-                    if row.state == "dead":
-                        summary.dead.append((row.id, row.last_error or ""))
-                    else:
-                        summary.live += 1
+                await _summarize(summary, worker, run, queue, ids)
     except BaseExceptionGroup as group:
         # Ctrl-C lands in one of the nursery's tasks; re-raise it bare, as the command
         # expects (it prints "interrupted" and exits with 130).
@@ -536,6 +513,46 @@ async def run_demo(
         if not completed:
             display.abort()
     return summary
+
+
+async def _enqueue_mix(
+    queue: Queue, kinds: list[str], rng: random.Random, stuck: set[int]
+) -> list[int]:
+    """Enqueue one job per kind, with a random priority and delay; the ids, in order
+    (the stuck ones also go into ``stuck``)."""
+    ids: list[int] = []
+    for number, kind in enumerate(kinds):
+        job_id = await queue.enqueue(
+            f"{kind}:{number}".encode(),
+            priority=rng.randint(0, 9),
+            delay_s=round(rng.uniform(0, MAX_DELAY_S), 3),
+        )
+        ids.append(job_id)
+        if kind == "stuck":
+            stuck.add(job_id)
+    return ids
+
+
+async def _summarize(
+    summary: DemoSummary, worker: Worker, run: _Run, queue: Queue, ids: list[int]
+) -> None:
+    """Fill the summary from the worker's statistics and the rows left behind."""
+    stats = worker.statistics()
+    summary.claims = stats.claimed
+    summary.acked = stats.acked
+    summary.retried = stats.retried
+    summary.timed_out = stats.timed_out
+    summary.lease_lost = stats.lease_lost
+    summary.cancelled = sorted(run.cancelled)
+    summary.wall_s = run.wall_s
+    for job_id in ids:
+        row = await queue.get_job(job_id)
+        if row is None:
+            continue
+        if row.state == "dead":
+            summary.dead.append((row.id, row.last_error or ""))
+        else:
+            summary.live += 1
 
 
 @contextlib.contextmanager

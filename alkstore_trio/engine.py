@@ -20,6 +20,8 @@ An engine is conforming when :func:`alkstore_trio.testing.check_conformance` and
 ``open_store`` opens ``alkstore_trio.open_store(YourEngine(...))``; both use only public
 names. :class:`WakeHub` is the fan-out an engine publishes its wakes into; it makes the
 :class:`~alkstore_trio.WakeListener` objects that ``open_wake_listener`` returns.
+:class:`ForwardingEngine` hands every call to another engine: subclass it to count,
+trace, log or inject faults around any engine.
 
 :class:`PostgresEngine` needs the ``postgres`` extra (psycopg); it is imported on first
 use.
@@ -28,6 +30,7 @@ use.
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._core import EnqueueSpec as EnqueueSpec
+from ._engines._forwarding import ForwardingEngine as ForwardingEngine
 from ._engines._memory import Clock as Clock
 from ._engines._memory import MemoryEngine as MemoryEngine
 from ._engines._memory import WallClock as WallClock

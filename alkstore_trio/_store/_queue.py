@@ -189,7 +189,7 @@ class Queue:
         return await self._engine.ack_batch(self._name, checked)
 
     async def ack_handles(self, handles: Iterable[JobHandle]) -> list[bool]:
-        """Ack many claimed jobs of this queue with one statement (R2; see D18).
+        """Ack many claimed jobs of this queue with one statement (Q13; see D18).
 
         Each job is deleted only if its handle's claim is still valid (Q4's predicate,
         claim token included), so a stale claim is refused per job, exactly as
@@ -220,7 +220,7 @@ class Queue:
         self, handles: Iterable[JobHandle], worker_id: str, n: int
     ) -> tuple[list[bool], list[JobHandle]]:
         """Ack many claimed jobs of this queue, then claim up to ``n`` more, in one atomic
-        step (R2; see D21): on PostgreSQL one statement, so a worker's finished jobs and
+        step (Q13; see D21): on PostgreSQL one statement, so a worker's finished jobs and
         its next ones cost one round trip.
 
         Exactly :meth:`ack_handles` followed by :meth:`claim_batch` with no other
@@ -272,7 +272,7 @@ class Queue:
     async def heartbeat_handles(
         self, handles: Iterable[JobHandle], extend_s: float | None = None
     ) -> list[bool]:
-        """Renew many claims of this queue with one statement (R2; see D19).
+        """Renew many claims of this queue with one statement (Q13; see D19).
 
         Each claim is renewed only if it is still valid (Q4's predicate, claim token
         included): its deadline becomes now + ``extend_s`` (an absolute reset), exactly as
@@ -309,7 +309,7 @@ class Queue:
     async def retry_handles(
         self, items: Iterable[tuple[JobHandle, str | None, float | None]]
     ) -> list[bool]:
-        """Retry many claimed jobs of this queue with one statement (R2; see D20).
+        """Retry many claimed jobs of this queue with one statement (Q13; see D20).
 
         Each ``(handle, error, delay_s)`` item is applied exactly as
         ``handle.retry(error, delay_s)`` would be, fenced by the handle's claim (Q4's
@@ -360,7 +360,7 @@ class Queue:
         return await _consume_all(checked, self._engine.retry(self._name, claims))
 
     async def fail_handles(self, items: Iterable[tuple[JobHandle, str | None]]) -> list[bool]:
-        """Fail many claimed jobs of this queue with one statement (R2; see D20).
+        """Fail many claimed jobs of this queue with one statement (Q13; see D20).
 
         Each ``(handle, error)`` item is applied exactly as ``handle.fail(error)`` would
         be, fenced by the handle's claim (Q4's predicate, claim token included): the job

@@ -422,7 +422,7 @@ class ReferenceModel:
     def ack_claims(
         self, queue: str, claims: Iterable[tuple[int, int]], *, now: datetime
     ) -> list[int]:
-        """R2 (D18): ack each (job id, claim token) in turn, as :meth:`ack` would, all at
+        """Q13 (D18): ack each (job id, claim token) in turn, as :meth:`ack` would, all at
         one ``now``; returns the ids deleted."""
         return [job_id for job_id, token in claims if self.ack(queue, job_id, token, now=now)]
 
@@ -435,7 +435,7 @@ class ReferenceModel:
         *,
         now: datetime,
     ) -> tuple[list[int], list[Job]]:
-        """R2 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
+        """Q13 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
         the ids deleted and the claimed snapshots (none when ``n <= 0``)."""
         acked = self.ack_claims(queue, claims, now=now)
         return acked, self.claim(queue, worker_id, n, now=now)
@@ -448,7 +448,7 @@ class ReferenceModel:
         *,
         now: datetime,
     ) -> list[int]:
-        """R2 (D19): heartbeat each (job id, claim token) in turn, as :meth:`heartbeat`
+        """Q13 (D19): heartbeat each (job id, claim token) in turn, as :meth:`heartbeat`
         would, all at one ``now``; returns the ids renewed."""
         return [
             job_id
@@ -511,7 +511,7 @@ class ReferenceModel:
         *,
         now: datetime,
     ) -> list[bool]:
-        """R2 (D20): retry each (job id, claim token, error, delay_s) in turn, as
+        """Q13 (D20): retry each (job id, claim token, error, delay_s) in turn, as
         :meth:`retry` would (backoff draws included, in item order), all at one ``now``;
         one bool per item. A job listed twice is retried by its first valid item only:
         by the time the later ones come, its claim is finished."""
@@ -523,7 +523,7 @@ class ReferenceModel:
     def fail_claims(
         self, queue: str, items: Iterable[tuple[int, int, str | None]], *, now: datetime
     ) -> list[bool]:
-        """R2 (D20): fail each (job id, claim token, error) in turn, as :meth:`fail` would,
+        """Q13 (D20): fail each (job id, claim token, error) in turn, as :meth:`fail` would,
         all at one ``now``; one bool per item."""
         return [self.fail(queue, job_id, token, error, now=now) for job_id, token, error in items]
 

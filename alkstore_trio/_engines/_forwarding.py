@@ -1,0 +1,116 @@
+"""``ForwardingEngine``: an engine that hands every call to another engine.
+
+The base of engine middleware written outside the library: subclass it and override the
+operations to watch or change (count statements, inject faults, trace, log), and hand
+the instance to ``open_store``. It forwards exactly the protocol's methods and nothing
+else (no ``__getattr__``), so a store running on it uses nothing but the seam.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import AbstractAsyncContextManager
+
+    from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
+    from ._wake import WakeListener
+
+
+class ForwardingEngine:
+    """An :class:`~alkstore_trio.engine.Engine` that forwards every call to ``inner``.
+
+    Example: count the statements a worker sends::
+
+        class Counting(ForwardingEngine):
+            acks = 0
+
+            async def ack(self, queue, claims):
+                self.acks += 1
+                return await super().ack(queue, claims)
+
+        async with open_store(Counting(MemoryEngine())) as store:
+            ...
+
+    Args:
+        inner: The engine that does the work (not opened yet: :meth:`open` opens it).
+    """
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    # -- lifecycle, transactions, wakes -------------------------------------------------
+
+    def open(self) -> AbstractAsyncContextManager[object]:
+        return self.inner.open()
+
+    def transaction(self) -> AbstractAsyncContextManager[EngineTransaction]:
+        return self.inner.transaction()
+
+    def open_wake_listener(
+        self, queues: frozenset[str]
+    ) -> AbstractAsyncContextManager[WakeListener]:
+        return self.inner.open_wake_listener(queues)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    # -- the work path -----------------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+        return await self.inner.enqueue(specs)
+
+    async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
+        return await self.inner.claim(queue, worker_id, n)
+
+    async def heartbeat(
+        self, queue: str, claims: Sequence[Claim], extend_s: float | None
+    ) -> list[int]:
+        return await self.inner.heartbeat(queue, claims, extend_s)
+
+    async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        return await self.inner.ack(queue, claims)
+
+    async def ack_and_claim(
+        self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        return await self.inner.ack_and_claim(queue, claims, worker_id, n)
+
+    async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
+        return await self.inner.retry(queue, items)
+
+    async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
+        return await self.inner.fail(queue, items)
+
+    async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
+        return await self.inner.ack_batch(queue, job_ids)
+
+    # -- the operator path -------------------------------------------------------------
+
+    async def get_job(self, job_id: int, queue: str | None) -> Job | None:
+        return await self.inner.get_job(job_id, queue)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, limit: int, after_id: int | None
+    ) -> list[Job]:
+        return await self.inner.list_jobs(queue, state, limit, after_id)
+
+    async def stats(self, queue: str | None) -> StoreStats:
+        return await self.inner.stats(queue)
+
+    async def cancel(self, queue: str, job_id: int) -> bool:
+        return await self.inner.cancel(queue, job_id)
+
+    async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
+        return await self.inner.requeue_dead(queue, job_ids)
+
+    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
+        return await self.inner.purge_dead(queue, older_than_s, dry_run=dry_run)
+
+    async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
+        return await self.inner.sweep_expired(queue, retention_s)
