@@ -179,7 +179,7 @@ class PostgresBackend:
             params["payload"] = first.payload
             return self._q["enqueue_one"], params
         params["payloads"] = [spec.payload for spec in group]
-        return self._q["enqueue"], params
+        return self._q["enqueue_many"], params
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
@@ -215,7 +215,7 @@ class PostgresBackend:
             "token": token,
             "error": FAILED if error is None else error,
         }
-        return bool(await self._run("bury", params))
+        return bool(await self._run("fail", params))
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         params: dict[str, object] = {"queue": queue, "ids": _int_array(list(job_ids))}
