@@ -493,7 +493,7 @@ class RawEnqueueMany(Runner):
             self.cur.execute(self.q.insert_many, self.q.insert_many_params)
             assert len(self.cur.fetchall()) == MANY
         elif self.how == "lib-sql":
-            self.cur.execute(self.q.lib["enqueue"], self.q.lib_enqueue_params(self.payloads))
+            self.cur.execute(self.q.lib["enqueue_many"], self.q.lib_enqueue_params(self.payloads))
             assert len(self.cur.fetchall()) == MANY
         else:
             copy_rows(self.conn, self.schema, MANY, run_at=datetime.now(UTC))

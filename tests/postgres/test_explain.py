@@ -1,5 +1,6 @@
 """Every query of ``sql/queries.sql`` is served by an index: no plan scans ``jobs`` or
-``dead_jobs`` sequentially, however large they are.
+``dead_jobs`` sequentially, however large they are. The statements are explained as the
+engine sends them, fragments expanded.
 
 A schema's ``jobs`` and ``dead_jobs`` are loaded with a realistic mix (one
 ``INSERT … SELECT … FROM generate_series`` each): several queues of skewed sizes; most
@@ -166,7 +167,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
     """Representative values for each query, as ``(variant, params)``."""
     handle = {"id": data.processing_id, "queue": QUEUE, "token": data.processing_token}
     table: dict[str, list[tuple[str, dict[str, Any]]]] = {
-        "enqueue": [
+        "enqueue_many": [
             (
                 "batch",
                 {
@@ -209,7 +210,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         "heartbeat": [("default", {**handle, "extend_s": None})],
         "ack": [("token", handle)],
         "retry": [("delay", {**handle, "error": "boom", "delay_s": 10.0})],
-        "bury": [("error", {**handle, "error": "failed"})],
+        "fail": [("error", {**handle, "error": "failed"})],
         "ack_batch": [("ids", {"queue": QUEUE, "ids": data.processing_ids})],
         "ack_claims": [
             (
@@ -576,6 +577,10 @@ def _bare(column: str) -> str:
     return column
 
 
+def _fragments_used(name: str) -> list[str]:
+    return [fragment for fragment, _ in _sql.library().uses[name]]
+
+
 @pytest.mark.parametrize("name", sorted(JOB_QUERIES))
 def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_order(name: str):
     # _backend._job reads rows by position, and takes a NULL headers column for "no
@@ -589,40 +594,51 @@ def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_ord
     assert len(lists) == JOB_QUERIES[name], (name, lists)
     for columns in lists:
         assert [_bare(c) for c in columns] == JOB_COLUMNS, (name, columns)
+    # They all take them from the one job_fields fragment (once per list).
+    assert _fragments_used(name).count("job_fields") == JOB_QUERIES[name]
 
 
-def test_r2_ack_claims_and_claim_is_ack_claims_then_claim_verbatim():
-    # D21: the fused statement is the two blocks glued, not a rewrite: its acked CTE is
-    # ack_claims' DELETE, and its claim part is the claim block's CTEs and UPDATE (with
-    # the claim's RETURNING list, D30's headers included). D27: its one counter upsert
-    # adds both statements' counts (a statement may update the counter row only once).
-    queries = _sql.queries("alkstore")
-    fused, fused_main = split_ctes(queries["ack_claims_and_claim"])
-    ack, _ = split_ctes(queries["ack_claims"])
-    claim, claim_main = split_ctes(queries["claim"])
-    assert list(fused) == [
-        "acked", "spent", "swept", "buried", "ready", "lapsed", "picked", "counted", "claimed",
+def test_d30_only_the_statements_that_return_jobs_use_the_job_fields():
+    users = {name for name in QUERY_NAMES if "job_fields" in _fragments_used(name)}
+    assert users == set(JOB_QUERIES)
+
+
+def test_r2_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments():
+    # D21: the fused statement is the two statements glued, not a rewrite: its acked CTE
+    # is ack_claims' DELETE, and its claim part the claim's CTEs and UPDATE (with the
+    # job fields, D30's headers included), from the same fragments, so they cannot
+    # drift apart. D27: its one counter upsert adds both statements' counts (a statement
+    # may update the counter row only once).
+    assert _fragments_used("ack_claims") == ["ack_claims_delete", "count_moves"]
+    assert _fragments_used("claim") == [
+        "claim_candidates", "dead_letter", "count_moves", "claim_update", "job_fields",
     ]  # fmt: skip
-    assert fused["acked"] == ack["acked"]
-    for name in ("spent", "swept", "buried", "ready", "lapsed", "picked"):
-        assert fused[name] == claim[name], name
-    assert fused["claimed"] == claim_main
-    returned = split_columns(claim_main.rsplit(" RETURNING ", 1)[1])
-    assert returned[-2:] == ["nullif(j.headers, '{}'::jsonb)", "NULL::timestamptz"]
+    assert _fragments_used("ack_claims_and_claim") == [
+        "ack_claims_delete", "claim_candidates", "dead_letter", "count_moves", "claim_update",
+        "job_fields",
+    ]  # fmt: skip
+    fused, fused_main = split_ctes(_sql.queries("alkstore")["ack_claims_and_claim"])
+    assert list(fused) == [
+        "acked", "spent", "swept", "dead", "ready", "lapsed", "picked", "counted", "claimed",
+    ]  # fmt: skip
+    returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
+    assert returned[-2:] == [
+        "nullif(j.headers, '{}'::jsonb) AS headers",
+        "NULL::timestamptz AS died_at",
+    ]
     # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
     # shape a migration changes).
     nulls = ", ".join(["NULL"] * len(returned))
     assert fused_main == (
         f"SELECT acked.id, {nulls} FROM acked UNION ALL SELECT NULL, claimed.* FROM claimed"
     )
-    assert (
-        "FROM (SELECT count(*) AS n FROM acked) AS a, (SELECT count(*) AS n FROM swept)"
-        in (fused["counted"])
-    )
-    assert "acked = c.acked + EXCLUDED.acked" in fused["counted"]
-    assert "dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered" in fused["counted"]
-    assert "SELECT count(*) AS n FROM acked" in ack["counted"]
-    assert "SELECT count(*) AS n FROM swept" in claim["counted"]
+    (counts,) = [
+        slots
+        for fragment, slots in _sql.library().uses["ack_claims_and_claim"]
+        if fragment == "count_moves"
+    ]
+    assert counts["acked"] == "(SELECT count(*) FROM acked)"
+    assert counts["dead_lettered"] == "(SELECT count(*) FROM swept)"
 
 
 #: D27: the statements that move jobs out of the live table, and the counter each adds
@@ -634,37 +650,46 @@ COUNTING_QUERIES = {
     "ack_claims_and_claim": {"acked", "dead_lettered"},
     "claim": {"dead_lettered"},
     "retry": {"dead_lettered"},
-    "bury": {"dead_lettered"},
+    "fail": {"dead_lettered"},
     "retry_claims": {"dead_lettered"},
     "fail_claims": {"dead_lettered"},
     "sweep_expired": {"dead_lettered"},
     "cancel": {"cancelled"},
 }
 _COUNTER_UPSERT = re.compile(
-    r"INSERT INTO \S+\.queue_counters AS c \(queue, shard, ([\w, ]+)\) "
+    r"INSERT INTO \S+\.queue_counters AS c \(queue, shard, acked, dead_lettered, cancelled\) "
     r"SELECT %\(queue\)s::text, pg_catalog\.mod\(pg_catalog\.pg_backend_pid\(\), 64\), "
-    r".* ON CONFLICT \(queue, shard\) DO UPDATE SET (.*)"
+    r"m\.acked, m\.dead_lettered, m\.cancelled "
+    r"FROM \( SELECT (.*) AS acked, (.*) AS dead_lettered, (.*) AS cancelled \) AS m "
+    r"WHERE m\.acked \+ m\.dead_lettered \+ m\.cancelled > 0 "
+    r"ON CONFLICT \(queue, shard\) DO UPDATE SET "
+    r"acked = c\.acked \+ EXCLUDED\.acked, "
+    r"dead_lettered = c\.dead_lettered \+ EXCLUDED\.dead_lettered, "
+    r"cancelled = c\.cancelled \+ EXCLUDED\.cancelled"
 )
+_COUNT_OF_CTE = re.compile(r"\(SELECT count\(\*\) FROM (\w+)\)")
 
 
 @pytest.mark.parametrize("name", QUERY_NAMES)
 def test_d27_exactly_the_statements_that_move_jobs_out_count_them(name: str):
-    # One upsert per statement, into this session's shard of its queue, adding to the
-    # counters of the moves it makes; counting nothing when nothing moved (m.n > 0, or a
-    # row per moved job).
+    # One upsert per statement (the count_moves fragment), into this session's shard of
+    # its queue, adding to the counters of the moves it makes (the count of the rows of
+    # one of its CTEs) and 0 to the others; counting nothing when nothing moved.
     query = " ".join(_sql.queries("alkstore")[name].split())
+    counts = [slots for fragment, slots in _sql.library().uses[name] if fragment == "count_moves"]
     if name not in COUNTING_QUERIES:
+        assert counts == [], name
         assert "queue_counters" not in query or name == "stats", name
         return
     ctes, _ = split_ctes(query)
     assert query.count("queue_counters") == 1, name
     upsert = _COUNTER_UPSERT.fullmatch(ctes["counted"])
     assert upsert is not None, ctes["counted"]
-    columns = set(upsert[1].split(", "))
-    assert columns == COUNTING_QUERIES[name]
-    assert upsert[2] == ", ".join(f"{c} = c.{c} + EXCLUDED.{c}" for c in upsert[1].split(", "))
-    source = ctes["counted"].split(" SELECT ", 1)[1]
-    assert (" WHERE " in source and "> 0" in source) or source.count("count(*)") == 0, source
+    added = dict(zip(("acked", "dead_lettered", "cancelled"), upsert.groups(), strict=True))
+    assert {column for column, count in added.items() if count != "0"} == COUNTING_QUERIES[name]
+    for count in added.values():
+        source = _COUNT_OF_CTE.fullmatch(count)
+        assert count == "0" or (source is not None and source[1] in ctes), (name, count)
 
 
 def test_d22_explain_stats_reads_only_the_partial_indexes(

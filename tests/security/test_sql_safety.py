@@ -6,7 +6,8 @@ schema-qualified, secrets and payloads never leak.
   quoted identifier (``quote_ident``, ``psycopg.sql.Identifier``) or a value derived from
   one in the same function; the ``.sql`` files use no placeholder but ``@schema@`` and
   ``%(name)s`` bound parameters (``%(name)b`` when sent in binary), and name every table
-  and library function through ``@schema@.`` (``pg_catalog.`` for the catalog).
+  and library function through ``@schema@.`` (``pg_catalog.`` for the catalog); for
+  ``queries.sql`` this is checked on the statements as the loader expands them.
 - **Hostile search_path.** A schema of look-alikes (``alk_now()`` returning 1970, ``jobs``,
   ``dead_jobs``, ``alk_schema_version`` at version 999999, with claimable rows) is put
   first on every session's ``search_path`` through the DSN (``options=-csearch_path=...``);
@@ -41,10 +42,27 @@ from alkstore_trio import (
     Worker,
     open_store,
 )
+from alkstore_trio._engines._postgres import _sql
 
 PACKAGE = Path(__file__).parents[2] / "alkstore_trio"
 POSTGRES = PACKAGE / "_engines" / "_postgres"
 SQL_FILES = sorted((POSTGRES / "sql").rglob("*.sql"))
+
+
+def _sql_texts() -> list[tuple[str, str]]:
+    """Every SQL text the engine sends, by file: the schema and the migrations as
+    written, ``queries.sql`` as its statements with their fragments expanded (what the
+    loader hands to the engine; the references themselves are not SQL)."""
+    texts = []
+    for path in SQL_FILES:
+        if path.name == "queries.sql":
+            texts.append((path.name, ";\n\n".join(_sql.library().statements.values())))
+        else:
+            texts.append((path.name, path.read_text(encoding="utf-8")))
+    return texts
+
+
+SQL_TEXTS = _sql_texts()
 PY_FILES = sorted(POSTGRES.glob("*.py"))
 
 #: Uppercase SQL keywords: query text in this code base is written in upper case.
@@ -281,18 +299,20 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"--[^\n]*", "", text)
 
 
-@pytest.mark.parametrize("path", SQL_FILES, ids=lambda p: p.name)
-def test_security_sql_files_use_only_the_schema_placeholder_and_bound_parameters(path, figures):
-    text = _strip_comments(path.read_text(encoding="utf-8"))
+@pytest.mark.parametrize(("name", "text"), SQL_TEXTS, ids=[name for name, _ in SQL_TEXTS])
+def test_security_sql_files_use_only_the_schema_placeholder_and_bound_parameters(
+    name, text, figures
+):
+    text = _strip_comments(text)
     assert set(SQL_PLACEHOLDER.findall(text)) <= {"schema"}
     assert SQL_PERCENT.findall(text) == []  # only %(name)s / %(name)b parameters (and %%)
     assert "{" not in text.replace("'{}'", "")  # no str.format fields
     figures.record(sql_files=1)
 
 
-@pytest.mark.parametrize("path", SQL_FILES, ids=lambda p: p.name)
-def test_security_every_object_in_the_sql_files_is_schema_qualified(path, figures):
-    text = _strip_comments(path.read_text(encoding="utf-8"))
+@pytest.mark.parametrize(("name", "text"), SQL_TEXTS, ids=[name for name, _ in SQL_TEXTS])
+def test_security_every_object_in_the_sql_files_is_schema_qualified(name, text, figures):
+    text = _strip_comments(text)
     local = {name.lower() for name in SQL_CTE.findall(text)}
     unqualified = []
     for match in SQL_RELATION.finditer(text):
@@ -314,7 +334,7 @@ def test_security_every_object_in_the_sql_files_is_schema_qualified(path, figure
         if name.lower() in local or name.lower() in ("c", "p", "j", "t"):
             continue  # CTE and alias column lists: "inserted (id)", "c (n)"
         unqualified.append(name + "(")
-    assert unqualified == [], f"unqualified names in {path.name}: {unqualified}"
+    assert unqualified == [], f"unqualified names in {name}: {unqualified}"
     figures.record(
         sql_files=1,
         names_checked=len(SQL_RELATION.findall(text)) + len(SQL_CALL.findall(text)),

@@ -232,7 +232,7 @@ class PostgresEngine:
             params["payload"] = first.payload
             return self._q["enqueue_one"], params
         params["payloads"] = [spec.payload for spec in group]
-        return self._q["enqueue"], params
+        return self._q["enqueue_many"], params
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
@@ -307,7 +307,7 @@ class PostgresEngine:
                 "token": token,
                 "error": FAILED if error is None else error,
             }
-            return [bool(await self._run("bury", params))]
+            return [bool(await self._run("fail", params))]
         params = {
             **_claim_params(queue, items),
             "errors": [FAILED if item.error is None else item.error for item in items],

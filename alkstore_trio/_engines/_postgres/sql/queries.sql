@@ -7,6 +7,14 @@
 -- for tx_enqueue) and reads the clock through the schema's alk_now(): the database's
 -- clock, once per statement, never the client's.
 --
+-- Statements are named after the contract's operations (claim, heartbeat, ack, retry,
+-- fail, cancel, sweep_expired, ...). What several statements share is written once, as
+-- a fragment (the blocks at the top): `-- fragment: dead_letter(moved, last_error)`
+-- declares one with two slots, `{dead_letter(moved = swept, last_error = 'expired')}`
+-- includes it, and `{moved}` inside its body is a slot. The loader expands every
+-- reference once, when it reads this file: the server receives plain SQL, the same text
+-- as if each statement were written out (see docs/reference/sql-schema.md).
+--
 -- The validity predicate V (Q4) appears verbatim in every handle operation:
 --   state = 'processing' AND attempts = <token> AND claim_expires_at >= <now>
 -- A single UPDATE/DELETE with V in its WHERE clause locks the row and re-checks V on
@@ -19,79 +27,90 @@
 --
 -- D27: every statement that moves jobs out of the live table (acks, dead-letter moves,
 -- cancel) adds their number, in the same statement, to its queue's counter row for this
--- session's shard (pg_backend_pid() mod 64) in queue_counters: a CTE `counted` with an
--- INSERT ... ON CONFLICT DO UPDATE, which writes nothing when nothing moved. It reads
--- the moved rows to count them, so it locks its one counter row only after the
--- statement holds every job row it moves (no lock-order cycle with another statement),
--- and keeps that lock until the commit. Sessions whose backends share a shard then
--- commit one after the other; the others never wait for each other.
+-- session's shard: a CTE `counted` that is the count_moves fragment.
 --
 -- D30: a job's headers are a jsonb object, kept for the job's life like the payload: the
 -- enqueue writes them (one value for every row of a statement), every dead-letter move
 -- copies them into dead_jobs and every redrive back. Statements that return jobs (claim,
--- ack_claims_and_claim, get_job, find_job, list_live, list_dead) return the Job fields
--- in one order: the columns of jobs up to last_error, then nullif(headers, '{}'), then
--- died_at. The nullif makes a job without headers (the usual case) a NULL, which the
--- client turns into no headers without parsing any JSON. They name every column:
--- their results never change shape when a migration adds a column to a table.
+-- ack_claims_and_claim, get_job, find_job, list_live, list_dead) return the job_fields
+-- fragment. They name every column: their results never change shape when a migration
+-- adds a column to a table.
 
--- name: enqueue
--- Q2: one row per payload (in order), resolved with one clock read, all with the same
--- headers (D30: JSON text, '{}' for none); the wake is a NOTIFY, delivered at commit.
-WITH inserted AS (
-    INSERT INTO @schema@.jobs (
-        queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, headers
-    )
-    SELECT
-        %(queue)s::text, p.payload, %(priority)s::integer, 'pending', 0, %(max_attempts)s::integer,
-        CASE
-            WHEN %(delay_s)s::float8 IS NOT NULL THEN t.now + %(delay_s)s::float8 * interval '1 second'
-            ELSE coalesce(%(run_at)s::timestamptz, t.now)
-        END,
-        t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
-        t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
-    FROM (SELECT @schema@.alk_now() AS now) AS t,
-        unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS p (payload, ord)
-    ORDER BY p.ord
-    RETURNING id
+-- fragment: job_fields(state, died_at)
+-- D30: the Job fields, in the order _backend._job reads them: the columns of jobs up to
+-- last_error (with the row's state given by `state`), then nullif(headers, '{}'), then
+-- `died_at`. The rows are `j`. The nullif makes a job without headers (the usual case)
+-- a NULL, which the client turns into no headers without parsing any JSON.
+j.id, j.queue, j.payload, j.priority, {state} AS state, j.attempts, j.max_attempts,
+j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at,
+j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,
+nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at
+
+-- fragment: new_jobs(payload)
+-- Q2: the insert of new pending jobs, resolved at the clock read t.now, one per row of
+-- the FROM clause that follows (which names `t`); `payload` is each row's payload.
+INSERT INTO @schema@.jobs (
+    queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, headers
 )
-SELECT inserted.id
-FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake
-ORDER BY inserted.id;
+SELECT
+    %(queue)s::text, {payload}, %(priority)s::integer, 'pending', 0,
+    %(max_attempts)s::integer,
+    CASE
+        WHEN %(delay_s)s::float8 IS NOT NULL
+            THEN t.now + %(delay_s)s::float8 * interval '1 second'
+        ELSE coalesce(%(run_at)s::timestamptz, t.now)
+    END,
+    t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
+    t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
 
--- name: enqueue_one
--- Q2 for a single payload: the same row and wake as `enqueue`, without the unnest and
--- its sorts (the common case of one job per call).
-WITH inserted AS (
-    INSERT INTO @schema@.jobs (
-        queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, headers
-    )
-    SELECT
-        %(queue)s::text, %(payload)b::bytea, %(priority)s::integer, 'pending', 0,
-        %(max_attempts)s::integer,
-        CASE
-            WHEN %(delay_s)s::float8 IS NOT NULL
-                THEN t.now + %(delay_s)s::float8 * interval '1 second'
-            ELSE coalesce(%(run_at)s::timestamptz, t.now)
-        END,
-        t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
-        t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
-    FROM (SELECT @schema@.alk_now() AS now) AS t
-    RETURNING id
+-- fragment: dead_letter(moved, last_error)
+-- Q4/D1: the dead-letter insert: one dead row per row of the CTE `moved` (a DELETE of
+-- jobs rows RETURNING them: the live rows are deleted and the dead ones written by one
+-- statement, so both or neither happen). The claim fields stay as they were; last_error
+-- is `last_error` (an expression over moved's columns), died_at is now. The ids written.
+INSERT INTO @schema@.dead_jobs (
+    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, died_at, headers
 )
-SELECT inserted.id
-FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
+SELECT
+    id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, {last_error}, @schema@.alk_now(), headers
+FROM {moved}
+RETURNING id
 
--- name: claim
--- Q3: the pre-claim sweep (its dead-letter moves counted: D27) and up to n claims, in
--- one statement (one transaction). Candidates come from two index walks (ready pending
+-- fragment: count_moves(acked = 0, dead_lettered = 0, cancelled = 0)
+-- D27: add the statement's moves (each slot a count: a bigint expression, 0 when the
+-- statement makes no such move) to its queue's counter row for this session's shard
+-- (pg_backend_pid() mod 64) in queue_counters; nothing is written when nothing moved.
+-- The counts read the moved rows, so the upsert locks its one counter row only after the
+-- statement holds every job row it moves (no lock-order cycle with another statement),
+-- and keeps that lock until the commit. Sessions whose backends share a shard then
+-- commit one after the other; the others never wait for each other. One upsert per
+-- statement: a statement may update a row only once.
+INSERT INTO @schema@.queue_counters AS c (queue, shard, acked, dead_lettered, cancelled)
+SELECT
+    %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.acked,
+    m.dead_lettered, m.cancelled
+FROM (
+    SELECT {acked} AS acked, {dead_lettered} AS dead_lettered, {cancelled} AS cancelled
+) AS m
+WHERE m.acked + m.dead_lettered + m.cancelled > 0
+ON CONFLICT (queue, shard) DO UPDATE SET
+    acked = c.acked + EXCLUDED.acked,
+    dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered,
+    cancelled = c.cancelled + EXCLUDED.cancelled
+
+-- fragment: claim_candidates
+-- Q3 steps 1 and 2, as CTEs: the pre-claim sweep (`swept`, moved to dead by `dead`) and
+-- the rows to claim (`picked`). Candidates come from two index walks (ready pending
 -- rows; lapsed leases with attempts left), each locked with SKIP LOCKED so concurrent
--- claimers never wait for or share a row; the best n of them are claimed. The
+-- claimers never wait for or share a row; the best n of them are picked. The
 -- MATERIALIZED CTEs make each walk run exactly once, so no more than n rows are ever
 -- handed out.
-WITH spent AS MATERIALIZED (
+spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
         AND j.claim_expires_at < @schema@.alk_now() AND j.attempts >= j.max_attempts
@@ -101,17 +120,8 @@ swept AS (
     DELETE FROM @schema@.jobs AS j USING spent WHERE j.id = spent.id
     RETURNING j.*
 ),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, 'max attempts exceeded', @schema@.alk_now(), headers
-    FROM swept
+dead AS (
+    {dead_letter(moved = swept, last_error = 'max attempts exceeded')}
 ),
 ready AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
@@ -134,15 +144,10 @@ picked AS MATERIALIZED (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s::bigint
-),
-counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
-    FROM (SELECT count(*) AS n FROM swept) AS m
-    WHERE m.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE
-        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
 )
+
+-- fragment: claim_update
+-- Q3 step 3: claim the picked rows; the claimed jobs.
 UPDATE @schema@.jobs AS j SET
     state = 'processing',
     attempts = j.attempts + 1,
@@ -152,10 +157,76 @@ UPDATE @schema@.jobs AS j SET
 FROM picked
 WHERE j.id = picked.id
 RETURNING
-    j.id, j.queue, j.payload, j.priority, j.state, j.attempts, j.max_attempts, j.run_at,
-    j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, j.claimed_by,
-    j.claimed_at, j.claim_expires_at, j.last_error, nullif(j.headers, '{}'::jsonb),
-    NULL::timestamptz;
+    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+
+-- fragment: ack_claims_delete
+-- R2: delete each listed (id, claim token) pair of this queue whose claim is valid
+-- (Q4's V); the ids deleted. The pairs drive primary-key lookups.
+DELETE FROM @schema@.jobs
+WHERE queue = %(queue)s::text
+    AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
+    AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+RETURNING id
+
+-- fragment: redrive
+-- D24: the rest of a redrive, after the CTE `moved` (a DELETE of dead rows RETURNING
+-- them): back to jobs as pending, ready now, attempts 0, enqueued now, expires_at at its
+-- old distance from enqueued_at; claim fields and died_at cleared, last_error kept. The
+-- live row keeps its id (OVERRIDING SYSTEM VALUE: the identity sequence is not used).
+-- The queue is woken (NOTIFY, at commit) when any row moved. Returns the count moved.
+revived AS (
+    INSERT INTO @schema@.jobs (
+        id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+        claim_expires_at, last_error, headers
+    )
+    OVERRIDING SYSTEM VALUE
+    SELECT
+        m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
+        m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
+        NULL, NULL, NULL, m.last_error, m.headers
+    FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
+    RETURNING 1
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, '')
+    FROM (SELECT 1 FROM revived LIMIT 1) AS any_row
+)
+SELECT (SELECT count(*) FROM revived), (SELECT count(*) FROM woken)
+
+-- name: enqueue_many
+-- Q2: one row per payload (in order), resolved with one clock read, all with the same
+-- headers (D30: JSON text, '{}' for none); the wake is a NOTIFY, delivered at commit.
+WITH inserted AS (
+    {new_jobs(payload = p.payload)}
+    FROM (SELECT @schema@.alk_now() AS now) AS t,
+        unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS p (payload, ord)
+    ORDER BY p.ord
+    RETURNING id
+)
+SELECT inserted.id
+FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake
+ORDER BY inserted.id;
+
+-- name: enqueue_one
+-- Q2 for a single payload: the same row and wake as `enqueue_many`, without the unnest
+-- and its sorts (the common case of one job per call).
+WITH inserted AS (
+    {new_jobs(payload = %(payload)b::bytea)}
+    FROM (SELECT @schema@.alk_now() AS now) AS t
+    RETURNING id
+)
+SELECT inserted.id
+FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
+
+-- name: claim
+-- Q3: the pre-claim sweep (its dead-letter moves counted: D27) and up to n claims, in
+-- one statement (one transaction).
+WITH {claim_candidates},
+counted AS (
+    {count_moves(dead_lettered = (SELECT count(*) FROM swept))}
+)
+{claim_update};
 
 -- name: heartbeat
 -- Q4: an absolute reset of a valid claim's deadline.
@@ -190,9 +261,7 @@ WITH acked AS (
     RETURNING id
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM acked
-    ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
+    {count_moves(acked = (SELECT count(*) FROM acked))}
 )
 SELECT id FROM acked;
 
@@ -212,25 +281,11 @@ moved AS (
     DELETE FROM @schema@.jobs AS j USING target AS t WHERE j.id = t.id AND t.spent
     RETURNING j.*
 ),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, coalesce(%(error)s::text, 'max attempts exceeded'),
-        @schema@.alk_now(), headers
-    FROM moved
-    RETURNING id
+dead AS (
+    {dead_letter(moved = moved, last_error = coalesce(%(error)s::text, 'max attempts exceeded'))}
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM buried
-    ON CONFLICT (queue, shard) DO UPDATE
-        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
 ),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
@@ -244,11 +299,10 @@ requeued AS (
     WHERE j.id = t.id AND NOT t.spent
     RETURNING j.id
 )
-SELECT id FROM buried UNION ALL SELECT id FROM requeued;
+SELECT id FROM dead UNION ALL SELECT id FROM requeued;
 
--- name: bury
--- Q4 fail: a dead-letter move of a validly claimed row: the live row is deleted and the
--- dead row written by one statement, so both or neither happen; counted (D27).
+-- name: fail
+-- Q4: a dead-letter move of a validly claimed row, with error; counted (D27).
 WITH moved AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
@@ -256,26 +310,13 @@ WITH moved AS (
             AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     RETURNING *
 ),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, %(error)s::text, @schema@.alk_now(), headers
-    FROM moved
-    RETURNING id
+dead AS (
+    {dead_letter(moved = moved, last_error = %(error)s::text)}
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM buried
-    ON CONFLICT (queue, shard) DO UPDATE
-        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
 )
-SELECT id FROM buried;
+SELECT id FROM dead;
 
 -- name: ack_batch
 -- Q6: delete each listed, ackable row of this queue (no token); count them, as acked
@@ -287,128 +328,50 @@ WITH deleted AS (
     RETURNING 1
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
-    FROM (SELECT count(*) AS n FROM deleted) AS m
-    WHERE m.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
+    {count_moves(acked = (SELECT count(*) FROM deleted))}
 )
 SELECT count(*) FROM deleted;
 
 -- name: ack_claims
--- R2: delete each listed (id, claim token) pair of this queue whose claim is valid (Q4's V),
--- in one statement, counted as acked (D27); the ids deleted. The pairs drive primary-key
--- lookups.
+-- R2: ack each listed (id, claim token) pair whose claim is valid, in one statement,
+-- counted as acked (D27); the ids deleted.
 WITH acked AS (
-    DELETE FROM @schema@.jobs
-    WHERE queue = %(queue)s::text
-        AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
-        AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
-    RETURNING id
+    {ack_claims_delete}
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
-    FROM (SELECT count(*) AS n FROM acked) AS m
-    WHERE m.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
+    {count_moves(acked = (SELECT count(*) FROM acked))}
 )
 SELECT id FROM acked;
 
 -- name: ack_claims_and_claim
 -- R2 (D21): ack_claims, then claim (the pre-claim sweep and up to n claims), in one
 -- statement: one transaction, one clock read, one round trip for a worker's finished
--- jobs and its next jobs. `acked` is ack_claims' CTE verbatim; spent … picked and the
--- UPDATE are the claim block's (a test checks both); `counted` adds the acks and the
--- pre-claim sweep's dead-letter moves to one counter row (D27: one upsert, as one
--- statement may update a row only once). All CTEs see one snapshot, so the claim
--- cannot see the acked rows gone; it needs not: an acked row is processing with
--- claim_expires_at >= alk_now(), which is never ready (pending) nor lapsed or spent
--- (claim_expires_at < alk_now()) at the same alk_now(), so the two sets are disjoint
--- and the claim hands out exactly what a claim after the acks would. The acks come first
--- in the UNION ALL, so their DELETE has finished (and waited for any row lock it had to)
--- before the claim locks anything. Rows: (acked id, NULLs) per acked job, then (NULL,
--- job columns, as claim returns them) per claimed job.
+-- jobs and its next jobs. It is made of the same fragments as ack_claims and claim;
+-- `counted` adds the acks and the pre-claim sweep's dead-letter moves in its one upsert.
+-- All CTEs see one snapshot, so the claim cannot see the acked rows gone; it needs not:
+-- an acked row is processing with claim_expires_at >= alk_now(), which is never ready
+-- (pending) nor lapsed or spent (claim_expires_at < alk_now()) at the same alk_now(), so
+-- the two sets are disjoint and the claim hands out exactly what a claim after the acks
+-- would. The acks come first in the UNION ALL, so their DELETE has finished (and waited
+-- for any row lock it had to) before the claim locks anything. Rows: (acked id, NULLs)
+-- per acked job, then (NULL, job fields) per claimed job.
 WITH acked AS (
-    DELETE FROM @schema@.jobs
-    WHERE queue = %(queue)s::text
-        AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
-        AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
-    RETURNING id
+    {ack_claims_delete}
 ),
-spent AS MATERIALIZED (
-    SELECT j.id FROM @schema@.jobs AS j
-    WHERE j.queue = %(queue)s::text AND j.state = 'processing'
-        AND j.claim_expires_at < @schema@.alk_now() AND j.attempts >= j.max_attempts
-    FOR UPDATE OF j SKIP LOCKED
-),
-swept AS (
-    DELETE FROM @schema@.jobs AS j USING spent WHERE j.id = spent.id
-    RETURNING j.*
-),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, 'max attempts exceeded', @schema@.alk_now(), headers
-    FROM swept
-),
-ready AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
-    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
-        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(n)s::bigint
-    FOR UPDATE OF j SKIP LOCKED
-),
-lapsed AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
-    WHERE j.queue = %(queue)s::text AND j.state = 'processing'
-        AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
-        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(n)s::bigint
-    FOR UPDATE OF j SKIP LOCKED
-),
-picked AS MATERIALIZED (
-    SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT %(n)s::bigint
-),
+{claim_candidates},
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, acked, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), a.n, d.n
-    FROM (SELECT count(*) AS n FROM acked) AS a, (SELECT count(*) AS n FROM swept) AS d
-    WHERE a.n + d.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE SET
-        acked = c.acked + EXCLUDED.acked,
-        dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+    {count_moves(
+        acked = (SELECT count(*) FROM acked), dead_lettered = (SELECT count(*) FROM swept)
+    )}
 ),
 claimed AS (
-    UPDATE @schema@.jobs AS j SET
-        state = 'processing',
-        attempts = j.attempts + 1,
-        claimed_by = %(worker_id)s::text,
-        claimed_at = @schema@.alk_now(),
-        claim_expires_at = @schema@.alk_now() + j.visibility_timeout_s * interval '1 second'
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING
-        j.id, j.queue, j.payload, j.priority, j.state, j.attempts, j.max_attempts, j.run_at,
-        j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, j.claimed_by,
-        j.claimed_at, j.claim_expires_at, j.last_error, nullif(j.headers, '{}'::jsonb),
-        NULL::timestamptz
+    {claim_update}
 )
 SELECT
     acked.id,
-    -- A NULL per column of claimed (18): the result has the RETURNING list's shape, not
-    -- the table's, so a column a later migration adds to jobs changes no running
-    -- statement's result (a prepared statement's result type must not change).
+    -- A NULL per job field (18): the result has the job fields' shape, not the table's,
+    -- so a column a later migration adds to jobs changes no running statement's result
+    -- (a prepared statement's result type must not change).
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, NULL, NULL, NULL
 FROM acked
@@ -443,26 +406,11 @@ moved AS (
     DELETE FROM @schema@.jobs AS j USING target AS t WHERE j.id = t.id AND t.spent
     RETURNING j.*, t.ord, t.error
 ),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, coalesce(error, 'max attempts exceeded'), @schema@.alk_now(), headers
-    FROM moved
-    RETURNING id
+dead AS (
+    {dead_letter(moved = moved, last_error = coalesce(error, 'max attempts exceeded'))}
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
-    FROM (SELECT count(*) AS n FROM buried) AS m
-    WHERE m.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE
-        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
 ),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
@@ -476,13 +424,13 @@ requeued AS (
     WHERE j.id = t.id AND NOT t.spent
     RETURNING t.ord
 )
-SELECT moved.ord FROM moved JOIN buried USING (id)
+SELECT moved.ord FROM moved JOIN dead USING (id)
 UNION ALL
 SELECT ord FROM requeued;
 
 -- name: fail_claims
 -- R2 (D20): fail each listed (id, claim token, error) item of this queue whose claim is
--- valid (Q4's V), as bury does, in one statement: a dead-letter move with error
+-- valid (Q4's V), as fail does, in one statement: a dead-letter move with error
 -- (counted: D27). Locking, primary-key lookups and a job listed twice as in
 -- retry_claims. Returns the ordinals of the items applied.
 WITH valid AS MATERIALIZED (
@@ -503,28 +451,13 @@ moved AS (
     DELETE FROM @schema@.jobs AS j USING target AS t WHERE j.id = t.id
     RETURNING j.*, t.ord, t.error
 ),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, error, @schema@.alk_now(), headers
-    FROM moved
-    RETURNING id
+dead AS (
+    {dead_letter(moved = moved, last_error = error)}
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
-    FROM (SELECT count(*) AS n FROM buried) AS m
-    WHERE m.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE
-        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
 )
-SELECT moved.ord FROM moved JOIN buried USING (id);
+SELECT moved.ord FROM moved JOIN dead USING (id);
 
 -- name: cancel
 -- Q7: delete this queue's live row, whatever its state; count it as cancelled (D27).
@@ -533,56 +466,34 @@ WITH cancelled AS (
     RETURNING id
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, cancelled)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), 1 FROM cancelled
-    ON CONFLICT (queue, shard) DO UPDATE SET cancelled = c.cancelled + EXCLUDED.cancelled
+    {count_moves(cancelled = (SELECT count(*) FROM cancelled))}
 )
 SELECT id FROM cancelled;
 
 -- name: get_job
 -- Q8: this queue's row, live or dead.
 SELECT
-    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers,
-    NULL::timestamptz AS died_at
-FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+FROM @schema@.jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text
 UNION ALL
 SELECT
-    id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers, died_at
-FROM @schema@.dead_jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
+    {job_fields(state = 'dead', died_at = j.died_at)}
+FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
 
 -- name: sweep_expired
 -- Q9: expired live rows to dead ('expired'; counted: D27), then purge dead rows past
--- retention (retention_s NULL: keep forever). Rows buried by this statement are not
--- visible to its purge, and could not qualify anyway (they died now).
+-- retention (retention_s NULL: keep forever). Rows moved to dead by this statement are
+-- not visible to its purge, and could not qualify anyway (they died now).
 WITH expired AS (
     DELETE FROM @schema@.jobs
     WHERE queue = %(queue)s::text AND expires_at < @schema@.alk_now()
     RETURNING *
 ),
-buried AS (
-    INSERT INTO @schema@.dead_jobs (
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, died_at, headers
-    )
-    SELECT
-        id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, 'expired', @schema@.alk_now(), headers
-    FROM expired
-    RETURNING 1
+dead AS (
+    {dead_letter(moved = expired, last_error = 'expired')}
 ),
 counted AS (
-    INSERT INTO @schema@.queue_counters AS c (queue, shard, dead_lettered)
-    SELECT %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.n
-    FROM (SELECT count(*) AS n FROM buried) AS m
-    WHERE m.n > 0
-    ON CONFLICT (queue, shard) DO UPDATE
-        SET dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered
+    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
 ),
 purged AS (
     DELETE FROM @schema@.dead_jobs
@@ -590,7 +501,7 @@ purged AS (
         AND died_at < @schema@.alk_now() - %(retention_s)s::float8 * interval '1 second'
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM purged);
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM purged);
 
 -- name: schema_version
 SELECT version FROM @schema@.alk_schema_version;
@@ -598,27 +509,19 @@ SELECT version FROM @schema@.alk_schema_version;
 -- name: find_job
 -- D26: the row with this id, live or dead, of any queue (primary-key lookups).
 SELECT
-    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers,
-    NULL::timestamptz AS died_at
-FROM @schema@.jobs WHERE id = %(id)s::bigint
+    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+FROM @schema@.jobs AS j WHERE id = %(id)s::bigint
 UNION ALL
 SELECT
-    id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers, died_at
-FROM @schema@.dead_jobs WHERE id = %(id)s::bigint;
+    {job_fields(state = 'dead', died_at = j.died_at)}
+FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint;
 
 -- name: list_live
 -- D26: a page of this queue's live rows in one state, by id (a primary-key walk that
 -- stops after limit rows).
 SELECT
-    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers,
-    NULL::timestamptz AS died_at
-FROM @schema@.jobs
+    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+FROM @schema@.jobs AS j
 WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s::bigint
 ORDER BY id
 LIMIT %(limit)s::bigint;
@@ -626,10 +529,8 @@ LIMIT %(limit)s::bigint;
 -- name: list_dead
 -- D26: a page of this queue's dead rows, by id.
 SELECT
-    id, queue, payload, priority, 'dead', attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, nullif(headers, '{}'::jsonb) AS headers, died_at
-FROM @schema@.dead_jobs
+    {job_fields(state = 'dead', died_at = j.died_at)}
+FROM @schema@.dead_jobs AS j
 WHERE queue = %(queue)s::text AND id > %(after_id)s::bigint
 ORDER BY id
 LIMIT %(limit)s::bigint;
@@ -725,36 +626,14 @@ LEFT JOIN LATERAL (
 ORDER BY x.queue;
 
 -- name: requeue_dead
--- D24: redrive the listed dead rows of this queue: back to jobs as pending, ready now,
--- attempts 0, enqueued now, expires_at at its old distance from enqueued_at; claim
--- fields and died_at cleared, last_error kept. Ids that are not dead rows of this queue
--- match nothing. The dead rows are found by primary key; the live row keeps its id
--- (OVERRIDING SYSTEM VALUE: the identity sequence is not used). The queue is woken
--- (NOTIFY, at commit) when any row moved. Returns the count moved.
+-- D24: redrive the listed dead rows of this queue (see the redrive fragment). Ids that
+-- are not dead rows of this queue match nothing. The dead rows are found by primary key.
 WITH moved AS (
     DELETE FROM @schema@.dead_jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
     RETURNING *
 ),
-revived AS (
-    INSERT INTO @schema@.jobs (
-        id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, headers
-    )
-    OVERRIDING SYSTEM VALUE
-    SELECT
-        m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
-        m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error, m.headers
-    FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
-    RETURNING 1
-),
-woken AS (
-    SELECT pg_catalog.pg_notify(%(channel)s::text, '')
-    FROM (SELECT 1 FROM revived LIMIT 1) AS any_row
-)
-SELECT (SELECT count(*) FROM revived), (SELECT count(*) FROM woken);
+{redrive};
 
 -- name: requeue_dead_all
 -- D24: requeue_dead for every dead row of this queue (a walk of the queue's entries in
@@ -764,25 +643,7 @@ WITH moved AS (
     WHERE queue = %(queue)s::text
     RETURNING *
 ),
-revived AS (
-    INSERT INTO @schema@.jobs (
-        id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-        visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, headers
-    )
-    OVERRIDING SYSTEM VALUE
-    SELECT
-        m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
-        m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error, m.headers
-    FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
-    RETURNING 1
-),
-woken AS (
-    SELECT pg_catalog.pg_notify(%(channel)s::text, '')
-    FROM (SELECT 1 FROM revived LIMIT 1) AS any_row
-)
-SELECT (SELECT count(*) FROM revived), (SELECT count(*) FROM woken);
+{redrive};
 
 -- name: purge_dead
 -- D25: delete this queue's dead rows with died_at + older_than_s < now, or every one
