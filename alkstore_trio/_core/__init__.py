@@ -19,6 +19,7 @@ from ._records import QueueStats as QueueStats
 from ._records import StoreStats as StoreStats
 from ._records import SweepResult as SweepResult
 from ._records import enqueue_specs as enqueue_specs
+from ._transitions import CLAIM_ORDER as CLAIM_ORDER
 from ._transitions import EXPIRED as EXPIRED
 from ._transitions import FAILED as FAILED
 from ._transitions import MAX_ATTEMPTS_EXCEEDED as MAX_ATTEMPTS_EXCEEDED

@@ -130,8 +130,14 @@ def is_ackable(job: Job, now: datetime) -> bool:
     )
 
 
+#: Q3's claim order, best first, as (job field, direction): the one statement of the
+#: rule. :func:`claim_order_key` is its sort key, and the PostgreSQL engine renders it
+#: into the ORDER BY of its claim statements (the ``claim_order`` fragment).
+CLAIM_ORDER: Final = (("priority", "DESC"), ("run_at", "ASC"), ("id", "ASC"))
+
+
 def claim_order_key(job: Job) -> tuple[int, datetime, int]:
-    """Q3's order as an ascending sort key: priority DESC, run_at ASC, id ASC."""
+    """:data:`CLAIM_ORDER` as an ascending sort key: priority DESC, run_at ASC, id ASC."""
     return (-job.priority, job.run_at, job.id)
 
 

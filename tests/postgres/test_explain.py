@@ -603,19 +603,20 @@ def test_d30_only_the_statements_that_return_jobs_use_the_job_fields():
     assert users == set(JOB_QUERIES)
 
 
-def test_r2_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments():
+def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments():
     # D21: the fused statement is the two statements glued, not a rewrite: its acked CTE
     # is ack_claims' DELETE, and its claim part the claim's CTEs and UPDATE (with the
     # job fields, D30's headers included), from the same fragments, so they cannot
     # drift apart. D27: its one counter upsert adds both statements' counts (a statement
     # may update the counter row only once).
     assert _fragments_used("ack_claims") == ["ack_claims_delete", "count_moves"]
+    order = ["claim_order"] * 3  # the core's Q3 order, in ready, lapsed and picked
     assert _fragments_used("claim") == [
-        "claim_candidates", "dead_letter", "count_moves", "claim_update", "job_fields",
+        "claim_candidates", "dead_letter", *order, "count_moves", "claim_update", "job_fields",
     ]  # fmt: skip
     assert _fragments_used("ack_claims_and_claim") == [
-        "ack_claims_delete", "claim_candidates", "dead_letter", "count_moves", "claim_update",
-        "job_fields",
+        "ack_claims_delete", "claim_candidates", "dead_letter", *order, "count_moves",
+        "claim_update", "job_fields",
     ]  # fmt: skip
     fused, fused_main = split_ctes(_sql.queries("alkstore")["ack_claims_and_claim"])
     assert list(fused) == [

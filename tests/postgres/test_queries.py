@@ -89,6 +89,7 @@ FRAGMENT_USERS = {
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
+    "claim_order": {"claim", "ack_claims_and_claim"},  # the core's, not queries.sql's
 }  # fmt: skip
 
 
@@ -206,3 +207,18 @@ def test_queries_loader_splits_slot_values_at_top_level_commas_only():
 def test_queries_loader_refuses_what_it_cannot_expand_exactly(text: str, message: str):
     with pytest.raises(RuntimeError, match=re.escape(message)):
         _parse(text)
+
+
+def test_q3_the_claim_statements_order_by_the_cores_claim_order():
+    # Q3's order is stated once, in the core (CLAIM_ORDER); the SQL renders it.
+    from alkstore_trio._core import CLAIM_ORDER
+
+    wanted = ", ".join(f"{field} {direction}" for field, direction in CLAIM_ORDER)
+    assert wanted == "priority DESC, run_at ASC, id ASC"
+    for name in ("claim", "ack_claims_and_claim"):
+        orders = re.findall(r"ORDER BY (\w+)\.priority ([^\n]*)", LIBRARY.statements[name])
+        assert len(orders) == 3, name
+        for alias, rest in orders:
+            assert f"{alias}.priority {rest}" == ", ".join(
+                f"{alias}.{field} {direction}" for field, direction in CLAIM_ORDER
+            )

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from alkstore_trio._core import (
+    CLAIM_ORDER,
     EXPIRED,
     FAILED,
     MAX_ATTEMPTS_EXCEEDED,
@@ -501,3 +503,17 @@ def test_q9_is_purgeable_with_positive_retention_is_strict():
 def test_q9_live_rows_are_never_purgeable():
     assert not is_purgeable(pending(), T0 + s(10**6), 0)
     assert not is_purgeable(processing(), T0 + s(10**6), 0)
+
+
+def test_q3_claim_order_key_sorts_as_the_declared_claim_order():
+    # CLAIM_ORDER is the rule as data (the SQL renders it); claim_order_key must sort
+    # exactly as sorting field by field in that order would.
+    rng = random.Random(3)
+    rows = [
+        pending(job_id=i, priority=rng.randint(-2, 2), run_at=T0 + s(rng.randint(0, 3)))
+        for i in range(1, 60)
+    ]
+    by_fields = list(rows)
+    for field, direction in reversed(CLAIM_ORDER):
+        by_fields.sort(key=lambda row: getattr(row, field), reverse=direction == "DESC")
+    assert sorted(rows, key=claim_order_key) == by_fields

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Final
 
+from ..._core import CLAIM_ORDER
 from ..._errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -187,6 +188,13 @@ class _Expander:
         return {**fragment.defaults, **given}
 
 
+def _core_fragments() -> dict[str, Fragment]:
+    """Fragments rendered from the pure core, so that the SQL states no rule of its own:
+    ``claim_order(alias)`` is Q3's order (``CLAIM_ORDER``) over the table alias."""
+    order = ", ".join(f"{{alias}}.{field} {direction}" for field, direction in CLAIM_ORDER)
+    return {"claim_order": Fragment("claim_order", ("alias",), {}, order)}
+
+
 def _parse_library(text: str) -> Library:
     parts = _BLOCK.split(text)
     fragments: dict[str, Fragment] = {}
@@ -208,6 +216,11 @@ def _parse_library(text: str) -> Library:
             defaults={slot: value for slot, value in declared if value is not None},
             body=_strip_comments(body),
         )
+    core = _core_fragments()
+    for name, fragment in core.items():
+        if name in fragments or name in raw_statements:
+            raise RuntimeError(f"queries.sql: {name!r} is a fragment of the core's")
+        fragments[name] = fragment
     clashes = sorted({s for f in fragments.values() for s in f.slots} & fragments.keys())
     if clashes:
         raise RuntimeError(f"queries.sql: slots named like fragments: {clashes}")
@@ -218,7 +231,7 @@ def _parse_library(text: str) -> Library:
         expander.uses = []
         statements[name] = expander.expand(body, {}, f"statement {name}")
         uses[name] = tuple(expander.uses)
-    unused = sorted(fragments.keys() - expander.used)
+    unused = sorted(fragments.keys() - expander.used - core.keys())
     if unused:
         raise RuntimeError(f"queries.sql: fragments no statement uses: {unused}")
     return Library(statements=statements, fragments=fragments, uses=uses)

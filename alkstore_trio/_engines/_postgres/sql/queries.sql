@@ -127,7 +127,7 @@ ready AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-    ORDER BY j.priority DESC, j.run_at, j.id
+    ORDER BY {claim_order(alias = j)}
     LIMIT %(n)s::bigint
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -136,13 +136,13 @@ lapsed AS MATERIALIZED (
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
         AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-    ORDER BY j.priority DESC, j.run_at, j.id
+    ORDER BY {claim_order(alias = j)}
     LIMIT %(n)s::bigint
     FOR UPDATE OF j SKIP LOCKED
 ),
 picked AS MATERIALIZED (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
+    ORDER BY {claim_order(alias = c)}
     LIMIT %(n)s::bigint
 )
 
