@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from .. import (
+from ... import (
     AlkstoreError,
     EngineError,
     HandleConsumed,
@@ -50,7 +50,7 @@ from .. import (
 )
 
 if TYPE_CHECKING:
-    from ._harness import EngineHarness
+    from .._harness import EngineHarness
 
 __all__ = ["CONFORMANCE_CHECKS", "check_conformance"]
 
