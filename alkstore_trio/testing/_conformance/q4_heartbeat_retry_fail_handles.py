@@ -24,7 +24,17 @@ from ._helpers import (
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from ... import Job, Queue, Store
     from .._harness import EngineHarness
+
+
+async def _assert_rows_unchanged(queue: Queue, before: dict[int, Job], what: str) -> None:
+    """Every row of ``before`` reads back exactly as it was."""
+    for job_id, row in before.items():
+        after = await _get(queue, job_id)
+        assert after == row, f"{what} changed job {job_id}: {row!r} -> {after!r}"
 
 
 @_check
@@ -72,59 +82,72 @@ async def q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
             assert (row.state, row.claimed_at, row.attempts) == ("processing", claimed_at, 1), (
                 f"heartbeat_handles changed job {job_id}'s state, claimed_at or attempts"
             )
-        for job_id, row in before.items():
-            after = await _get(long, job_id)
-            assert after == row, (
-                f"a refused heartbeat_handles changed job {job_id}: {row!r} -> {after!r}"
-            )
+        await _assert_rows_unchanged(long, before, "a refused heartbeat_handles")
         await _assert_gone(long, cancelled, "heartbeat_handles of a cancelled claim")
-        # Not consumed: the same handles renew again, an absolute reset that may shorten.
-        await harness.advance(1)
-        now = await harness.now()
         pair = [stale[valid_a], stale[valid_b]]
-        assert await long.heartbeat_handles(pair, extend_s=5) == [True, True], (
-            "a repeated heartbeat_handles(extend_s=5) of valid claims was refused"
-        )
-        for job_id in (valid_a, valid_b):
-            row = await _get(long, job_id)
-            assert row.claim_expires_at == _after(now, 5), (
-                f"heartbeat_handles(extend_s=5) set job {job_id}'s claim_expires_at "
-                f"{row.claim_expires_at}, expected now + 5 s ({_after(now, 5)})"
-            )
-        # Rejected calls: nothing renewed, nothing consumed.
-        assert await long.heartbeat_handles([]) == [], "heartbeat_handles([]) did not return []"
-        other = store.queue("hb-handles-other")
-        await other.enqueue(b"o")
-        foreign = await _claim(other, "w")
-        bad_calls: list[tuple[str, object, object]] = [
-            ("another queue's handle", [pair[0], foreign], None),
-            ("a job id", [pair[0], valid_b], None),
-            ("a handle twice", [pair[0], pair[0]], None),
-            ("not an iterable", 5, None),
-            ("extend_s=0", pair, 0),
-            ("a negative extend_s", pair, -1),
-        ]
-        for what, bad, extend in bad_calls:
-            await _raises(
-                InvalidArgument,
-                f"heartbeat_handles with {what}",
-                long.heartbeat_handles,
-                bad,
-                extend,
-            )
-        await harness.advance(1)
-        assert await stale[valid_a].ack() is True, "ack after heartbeat_handles was refused"
-        await _raises(
-            HandleConsumed, "heartbeat_handles with a consumed handle", long.heartbeat_handles, pair
-        )
-        row = await _get(long, valid_b)
-        assert row.claim_expires_at == _after(now, 5), (
-            f"a rejected heartbeat_handles renewed job {valid_b}: {row.claim_expires_at}"
-        )
+        renewed_at = await _heartbeat_handles_renew_again(harness, long, pair)
+        foreign = await _heartbeat_handles_reject_bad_calls(harness, store, long, pair, renewed_at)
         assert await stale[lapsed].ack() is False, "ack of a lapsed claim was not refused"
         assert await stale[valid_b].ack() is True, "ack after heartbeat_handles was refused"
         assert await winner.ack() is True, "the new holder could not ack"
         assert await foreign.ack() is True, "the other queue's handle was disturbed"
+
+
+async def _heartbeat_handles_renew_again(
+    harness: EngineHarness, queue: Queue, pair: list[JobHandle]
+) -> datetime:
+    """Not consumed: the same (valid) handles renew again, an absolute reset that may
+    shorten; the instant they were renewed at."""
+    await harness.advance(1)
+    now = await harness.now()
+    assert await queue.heartbeat_handles(pair, extend_s=5) == [True, True], (
+        "a repeated heartbeat_handles(extend_s=5) of valid claims was refused"
+    )
+    for job_id in (handle.id for handle in pair):
+        row = await _get(queue, job_id)
+        assert row.claim_expires_at == _after(now, 5), (
+            f"heartbeat_handles(extend_s=5) set job {job_id}'s claim_expires_at "
+            f"{row.claim_expires_at}, expected now + 5 s ({_after(now, 5)})"
+        )
+    return now
+
+
+async def _heartbeat_handles_reject_bad_calls(
+    harness: EngineHarness, store: Store, queue: Queue, pair: list[JobHandle], renewed_at: datetime
+) -> JobHandle:
+    """Rejected calls renew nothing and consume nothing; ``pair[0]`` is acked on the way
+    (to have a consumed handle), ``pair[1]`` keeps the deadline set at ``renewed_at``.
+    Returns the other queue's handle used for the foreign call, still to be acked."""
+    assert await queue.heartbeat_handles([]) == [], "heartbeat_handles([]) did not return []"
+    other = store.queue("hb-handles-other")
+    await other.enqueue(b"o")
+    foreign = await _claim(other, "w")
+    bad_calls: list[tuple[str, object, object]] = [
+        ("another queue's handle", [pair[0], foreign], None),
+        ("a job id", [pair[0], pair[1].id], None),
+        ("a handle twice", [pair[0], pair[0]], None),
+        ("not an iterable", 5, None),
+        ("extend_s=0", pair, 0),
+        ("a negative extend_s", pair, -1),
+    ]
+    for what, bad, extend in bad_calls:
+        await _raises(
+            InvalidArgument,
+            f"heartbeat_handles with {what}",
+            queue.heartbeat_handles,
+            bad,
+            extend,
+        )
+    await harness.advance(1)
+    assert await pair[0].ack() is True, "ack after heartbeat_handles was refused"
+    await _raises(
+        HandleConsumed, "heartbeat_handles with a consumed handle", queue.heartbeat_handles, pair
+    )
+    row = await _get(queue, pair[1].id)
+    assert row.claim_expires_at == _after(renewed_at, 5), (
+        f"a rejected heartbeat_handles renewed job {pair[1].id}: {row.claim_expires_at}"
+    )
+    return foreign
 
 
 @_check
@@ -192,50 +215,69 @@ async def q4_retry_handles_retries_valid_claims_and_refuses_stale_ones(
         # Draws, in item order: lapsed, reclaimed, backoff, cancelled (the items without
         # delay_s below budget); the third is the backoff item's delay.
         draws = [reference.randint(*_jitter_range(base, 1)) for _ in range(4)]
-        for job_id, delay, error in (
-            (explicit, 30, "boom"),
-            (backoff, draws[2], None),
-            (at_once, 0, "now"),
-        ):
-            row = await _get(long, job_id)
-            seen = (row.state, row.run_at, row.last_error, row.attempts)
-            want = ("pending", _after(now, delay), error, 1)
-            assert seen == want, (
-                f"retry_handles of job {job_id}: (state, run_at, last_error, attempts) = "
-                f"{seen!r}, expected {want!r}"
-            )
-            assert (row.claimed_by, row.claimed_at, row.claim_expires_at) == (None, None, None), (
-                f"retry_handles left job {job_id}'s claim fields set"
-            )
-        for job_id, last_error in ((spent_error, "last"), (spent_default, MAX_ATTEMPTS_EXCEEDED)):
-            dead = await _assert_dead(
-                harness, long, job_id, last_error, "retry_handles on the last attempt"
-            )
-            seen_dead = (dead.died_at, dead.attempts, dead.claimed_by, dead.claimed_at)
-            want_dead = (now, 1, "worker-a", claimed_at)
-            assert seen_dead == want_dead, (
-                f"retry_handles at budget of job {job_id}: (died_at, attempts, claimed_by, "
-                f"claimed_at) = {seen_dead!r}, expected {want_dead!r}"
-            )
-        await _assert_gone(long, cancelled, "retry_handles of a cancelled claim")
-        for job_id, row in before.items():
-            after = await _get(long, job_id)
-            assert after == row, (
-                f"a refused retry_handles changed job {job_id}: {row!r} -> {after!r}"
-            )
-        for handle, _, _ in items:
-            await _raises(
-                HandleConsumed, f"ack() of handle {handle.id} after retry_handles", handle.ack
-            )
-        await _raises(
-            HandleConsumed, "retry_handles of consumed handles", long.retry_handles, items
+        await _assert_retried_rows(
+            long, now, [(explicit, 30, "boom"), (backoff, draws[2], None), (at_once, 0, "now")]
         )
+        spent = [(spent_error, "last"), (spent_default, MAX_ATTEMPTS_EXCEEDED)]
+        await _assert_retried_to_dead(harness, long, spent, (now, 1, "worker-a", claimed_at))
+        await _assert_gone(long, cancelled, "retry_handles of a cancelled claim")
+        await _assert_rows_unchanged(long, before, "a refused retry_handles")
+        await _assert_retry_handles_consumed(long, items)
         # The job retried with delay 0 is ready at once, beside the lapsed claim.
         probe = {h.id: h for h in await long.claim_batch("probe", 10)}
         assert set(probe) == {lapsed, at_once}, (
             f"after retry_handles, claimed {sorted(probe)}; expected {sorted({lapsed, at_once})}"
         )
         assert await winners[reclaimed].ack() is True, "the new holder could not ack"
+
+
+async def _assert_retry_handles_consumed(
+    queue: Queue, items: list[tuple[JobHandle, str | None, float | None]]
+) -> None:
+    """Every handle of ``items`` is consumed, whatever its item's result."""
+    for handle, _, _ in items:
+        await _raises(
+            HandleConsumed, f"ack() of handle {handle.id} after retry_handles", handle.ack
+        )
+    await _raises(HandleConsumed, "retry_handles of consumed handles", queue.retry_handles, items)
+
+
+async def _assert_retried_rows(
+    queue: Queue, now: datetime, retried: list[tuple[int, float, str | None]]
+) -> None:
+    """Each ``(job_id, delay, error)`` was retried at ``now`` below budget: pending at
+    ``now + delay`` with ``last_error = error``, its attempt kept, its claim fields cleared."""
+    for job_id, delay, error in retried:
+        row = await _get(queue, job_id)
+        seen = (row.state, row.run_at, row.last_error, row.attempts)
+        want = ("pending", _after(now, delay), error, 1)
+        assert seen == want, (
+            f"retry_handles of job {job_id}: (state, run_at, last_error, attempts) = "
+            f"{seen!r}, expected {want!r}"
+        )
+        assert (row.claimed_by, row.claimed_at, row.claim_expires_at) == (None, None, None), (
+            f"retry_handles left job {job_id}'s claim fields set"
+        )
+
+
+async def _assert_retried_to_dead(
+    harness: EngineHarness,
+    queue: Queue,
+    spent: list[tuple[int, str]],
+    want: tuple[datetime, int, str, datetime | None],
+) -> None:
+    """Each ``(job_id, last_error)`` was retried on its last attempt: dead with this
+    ``last_error``, and ``want`` = (died_at, attempts, claimed_by, claimed_at): the claim
+    fields kept (decision 1)."""
+    for job_id, last_error in spent:
+        dead = await _assert_dead(
+            harness, queue, job_id, last_error, "retry_handles on the last attempt"
+        )
+        seen_dead = (dead.died_at, dead.attempts, dead.claimed_by, dead.claimed_at)
+        assert seen_dead == want, (
+            f"retry_handles at budget of job {job_id}: (died_at, attempts, claimed_by, "
+            f"claimed_at) = {seen_dead!r}, expected {want!r}"
+        )
 
 
 @_check
@@ -346,11 +388,7 @@ async def q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
                 f"= {seen!r}, expected {(now, 1, 'worker-a', claimed_at)!r}"
             )
         await _assert_gone(long, cancelled, "fail_handles of a cancelled claim")
-        for job_id, row in before.items():
-            after = await _get(long, job_id)
-            assert after == row, (
-                f"a refused fail_handles changed job {job_id}: {row!r} -> {after!r}"
-            )
+        await _assert_rows_unchanged(long, before, "a refused fail_handles")
         for handle, _ in items:
             await _raises(
                 HandleConsumed, f"retry() of handle {handle.id} after fail_handles", handle.retry
@@ -390,40 +428,9 @@ async def q4_retry_and_fail_handles_reject_bad_items_without_effect(
         assert await queue.retry_handles([]) == [], "retry_handles([]) did not return []"
         assert await queue.fail_handles(iter([])) == [], "fail_handles([]) did not return []"
         a, b, c = mine
-        nan = float("nan")
-        bad_retries: list[tuple[str, object]] = [
-            ("not an iterable", 5),
-            ("a str", "abc"),
-            ("a bare handle", [a]),
-            ("a list item", [[a, None, None]]),
-            ("a 2-tuple", [(a, None)]),
-            ("a 4-tuple", [(a, None, None, None)]),
-            ("a job id", [(a, None, None), (ids[1], None, None)]),
-            ("another queue's handle", [(a, None, None), (foreign, None, None)]),
-            ("another store's handle", [(a, None, None), (remote, None, None)]),
-            ("a handle twice", [(a, None, None), (a, "again", 0)]),
-            ("a negative delay", [(a, None, None), (b, None, -1)]),
-            ("a NaN delay", [(a, None, None), (b, None, nan)]),
-            ("an infinite delay", [(a, None, None), (b, None, float("inf"))]),
-            ("a bool delay", [(a, None, None), (b, None, True)]),
-            ("a str delay", [(a, None, None), (b, None, "5")]),
-            ("a bytes error", [(a, None, None), (b, b"boom", 0)]),
-            ("an error with NUL", [(a, None, None), (b, "a\x00b", 0)]),
-            ("a too long error", [(a, None, None), (b, "e" * 65537, 0)]),
-        ]
+        bad_retries, bad_fails = _bad_finish_items(a, b, ids[1], foreign, remote)
         for what, bad in bad_retries:
             await _raises(InvalidArgument, f"retry_handles with {what}", queue.retry_handles, bad)
-        bad_fails: list[tuple[str, object]] = [
-            ("not an iterable", 5),
-            ("a bare handle", [a]),
-            ("a 3-tuple", [(a, None, None)]),
-            ("a job id", [(a, None), (ids[1], None)]),
-            ("another queue's handle", [(a, None), (foreign, None)]),
-            ("another store's handle", [(a, None), (remote, None)]),
-            ("a handle twice", [(a, None), (a, "again")]),
-            ("an int error", [(a, None), (b, 5)]),
-            ("an error with NUL", [(a, None), (b, "a\x00b")]),
-        ]
         for what, bad in bad_fails:
             await _raises(InvalidArgument, f"fail_handles with {what}", queue.fail_handles, bad)
         exc = await _raises(
@@ -470,3 +477,44 @@ async def q4_retry_and_fail_handles_reject_bad_items_without_effect(
         await _assert_dead(harness, queue, b.id, FAILED, "fail_handles after rejected calls")
         assert await foreign.ack() is True, "the other queue's handle was consumed or disturbed"
         assert await remote.ack() is True, "the other store's handle was consumed or disturbed"
+
+
+def _bad_finish_items(
+    a: JobHandle, b: JobHandle, job_id: int, foreign: JobHandle, remote: JobHandle
+) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
+    """Bad arguments of ``retry_handles`` and of ``fail_handles``, each with what is bad
+    about it: ``a`` and ``b`` are valid claims of the queue (``job_id`` is ``b``'s id),
+    ``foreign`` one of another queue, ``remote`` one of another store."""
+    nan = float("nan")
+    bad_retries: list[tuple[str, object]] = [
+        ("not an iterable", 5),
+        ("a str", "abc"),
+        ("a bare handle", [a]),
+        ("a list item", [[a, None, None]]),
+        ("a 2-tuple", [(a, None)]),
+        ("a 4-tuple", [(a, None, None, None)]),
+        ("a job id", [(a, None, None), (job_id, None, None)]),
+        ("another queue's handle", [(a, None, None), (foreign, None, None)]),
+        ("another store's handle", [(a, None, None), (remote, None, None)]),
+        ("a handle twice", [(a, None, None), (a, "again", 0)]),
+        ("a negative delay", [(a, None, None), (b, None, -1)]),
+        ("a NaN delay", [(a, None, None), (b, None, nan)]),
+        ("an infinite delay", [(a, None, None), (b, None, float("inf"))]),
+        ("a bool delay", [(a, None, None), (b, None, True)]),
+        ("a str delay", [(a, None, None), (b, None, "5")]),
+        ("a bytes error", [(a, None, None), (b, b"boom", 0)]),
+        ("an error with NUL", [(a, None, None), (b, "a\x00b", 0)]),
+        ("a too long error", [(a, None, None), (b, "e" * 65537, 0)]),
+    ]
+    bad_fails: list[tuple[str, object]] = [
+        ("not an iterable", 5),
+        ("a bare handle", [a]),
+        ("a 3-tuple", [(a, None, None)]),
+        ("a job id", [(a, None), (job_id, None)]),
+        ("another queue's handle", [(a, None), (foreign, None)]),
+        ("another store's handle", [(a, None), (remote, None)]),
+        ("a handle twice", [(a, None), (a, "again")]),
+        ("an int error", [(a, None), (b, 5)]),
+        ("an error with NUL", [(a, None), (b, "a\x00b")]),
+    ]
+    return bad_retries, bad_fails
