@@ -1,0 +1,354 @@
+"""The conformance suite: the queue contract (rules Q1-Q12) as checks any engine must pass.
+
+Why a suite of plain async functions rather than a pytest module: the contract binds every
+engine, including engines written outside this repository, so the checks must run anywhere
+an :class:`~alkstore_trio.testing.EngineHarness` can be built, with nothing but trio. Each
+check opens a fresh store through the harness, drives *only* the public API, moves time
+only through ``harness.advance`` and reads it only through ``harness.now`` (it never sleeps
+and never assumes a start time), and fails with a plain :class:`AssertionError` whose
+message says what the contract expected and what the engine did.
+
+Each check is named after the rule it pins (``q4_heartbeat_is_an_absolute_reset``), so the
+coverage of the contract can be read off the names. :data:`CONFORMANCE_CHECKS` lists them;
+:func:`check_conformance` runs them and reports every failure at once, the way
+:func:`trio.testing.check_one_way_stream` checks a stream implementation.
+
+Where the contract is silent, the checks follow ``docs/dev/decisions-foundation.md``
+(their docstrings say so).
+
+Layout: one module per rule group, named after the ids of the rules it checks and their
+subject (``q3_claim.py``, ``q4_settle.py``, ``d24_redrive.py``, ``d25_d29_purge.py``), so
+a rule's checks are found from its id alone; ``_helpers.py`` holds what they share (the
+contract's constants, the job field lists, small assertions). This module only lists the
+checks in contract order and runs them. ``tests/conformance/test_suite_layout.py`` keeps
+every check in the module of its rule.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from ._helpers import Check, _leaves
+from .d22_d23_stats import (
+    d22_stats_counts_each_queue_by_state_at_one_instant,
+    d23_ids_issued_minus_live_and_dead_counts_the_rows_gone,
+)
+from .d24_redrive import (
+    d24_requeue_dead_all_redrives_every_dead_row_of_the_queue_only,
+    d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_reset,
+    d24_requeue_dead_rejects_bad_arguments_without_effect,
+    d24_requeue_dead_restarts_the_time_to_live,
+)
+from .d25_d29_purge import (
+    d25_purge_dead_deletes_dead_rows_older_than_the_limit,
+    d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
+)
+from .d26_operator_reads import (
+    d26_list_jobs_pages_through_one_state_by_id,
+    d26_store_get_job_finds_a_row_by_id_in_any_queue,
+)
+from .d27_counters import (
+    d27_stats_count_each_queues_acked_jobs,
+    d27_stats_count_each_queues_cancelled_jobs,
+    d27_stats_count_each_queues_dead_letter_moves,
+    d27_stats_list_queues_with_counted_jobs_even_without_rows,
+)
+from .d30_headers import (
+    d30_every_way_to_enqueue_takes_headers,
+    d30_headers_are_kept_for_the_jobs_whole_life,
+    d30_headers_are_validated_without_effect,
+)
+from .q1_queues import (
+    q1_queue_handle_carries_its_opts_and_defaults,
+    q1_queue_names_accept_1_to_63_allowed_characters,
+    q1_queue_names_reject_invalid_and_reserved_names,
+    q1_queue_opts_accept_boundary_values,
+    q1_queue_opts_reject_invalid_values,
+    q1_rows_keep_the_stamps_of_the_handle_that_enqueued_them,
+)
+from .q2_enqueue import (
+    q2_delay_wins_over_run_at,
+    q2_enqueue_many_is_atomic_with_one_clock_read,
+    q2_enqueue_rejects_invalid_options_without_effect,
+    q2_enqueue_wakes_its_queue,
+    q2_enqueue_without_delay_or_run_at_is_ready_now,
+    q2_expires_at_is_relative_to_enqueue_time,
+    q2_ids_increase_in_enqueue_order,
+    q2_max_attempts_override_is_the_only_per_job_stamp,
+    q2_negative_delay_makes_the_job_ready_now,
+    q2_payload_must_be_bytes_within_the_maximum_size,
+    q2_payload_round_trips_byte_for_byte,
+    q2_priority_accepts_the_int32_range,
+    q2_run_at_is_stored_as_given,
+    q2_run_at_must_be_timezone_aware,
+)
+from .q3_claim import (
+    q3_claim_batch_n_must_be_an_int,
+    q3_claim_batch_takes_the_best_n,
+    q3_claim_batch_with_n_at_most_zero_has_no_effect,
+    q3_claim_order_is_priority_then_run_at_then_id,
+    q3_claim_sets_the_claim_fields,
+    q3_concurrent_claims_hand_out_each_job_exactly_once,
+    q3_delayed_rows_are_not_claimable_until_due,
+    q3_expired_rows_are_never_claimed,
+    q3_pre_claim_sweep_dead_letters_lapsed_claims_at_budget,
+    q3_reclaim_after_the_deadline_consumes_an_attempt,
+    q3_reclaimable_rows_take_their_place_in_the_order,
+    q3_reclaimed_holder_is_refused_and_the_row_untouched,
+    q3_worker_id_must_be_a_non_empty_str,
+)
+from .q4_ack_handles import (
+    q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
+    q4_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n,
+    q4_ack_handles_and_claim_claims_after_the_acks_took_effect,
+    q4_ack_handles_and_claim_rejects_bad_arguments_without_effect,
+    q4_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch,
+    q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
+)
+from .q4_heartbeat_retry_fail_handles import (
+    q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
+    q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
+    q4_retry_and_fail_handles_reject_bad_items_without_effect,
+    q4_retry_handles_dead_letters_claims_on_their_last_attempt,
+    q4_retry_handles_retries_valid_claims_and_refuses_stale_ones,
+)
+from .q4_settle import (
+    q4_ack_deletes_the_row,
+    q4_ack_retry_fail_are_one_shot,
+    q4_claim_is_valid_at_the_deadline_instant,
+    q4_claim_lapses_one_instant_after_the_deadline,
+    q4_dead_letter_moves_are_atomic,
+    q4_fail_dead_letters_now,
+    q4_heartbeat_defaults_to_the_rows_visibility_timeout,
+    q4_heartbeat_does_not_consume_the_handle,
+    q4_heartbeat_is_an_absolute_reset,
+    q4_heartbeat_rejects_invalid_extend,
+    q4_late_heartbeat_is_refused,
+    q4_retry_and_fail_reject_invalid_arguments_without_effect,
+    q4_retry_at_budget_dead_letters,
+    q4_retry_below_budget_with_an_explicit_delay,
+)
+from .q5_backoff import (
+    q5_backoff_base_zero_retries_at_once,
+    q5_backoff_below_one_second_waits_one_second,
+    q5_backoff_delay_is_within_the_equal_jitter_range,
+    q5_backoff_draws_come_from_the_injected_rng,
+    q5_backoff_is_capped_at_one_hour,
+)
+from .q6_ack_batch import (
+    q6_ack_batch_counts_a_claim_at_its_deadline_instant,
+    q6_ack_batch_deletes_only_valid_claims_of_this_queue,
+    q6_ack_batch_of_nothing_returns_zero,
+)
+from .q7_cancel import (
+    q7_cancel_deletes_a_pending_row,
+    q7_cancel_deletes_a_processing_row_and_refuses_its_holder,
+    q7_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+)
+from .q8_read import (
+    q8_get_job_shows_every_field,
+    q8_rows_of_other_queues_are_invisible,
+    q8_run_at_given_in_another_zone_is_shown_in_utc,
+    q8_timestamps_are_aware_utc,
+)
+from .q9_sweep import (
+    q9_retention_is_that_of_the_sweeping_handle,
+    q9_retention_none_keeps_dead_rows_forever,
+    q9_retention_purges_dead_rows_after_the_retention,
+    q9_retention_zero_purges_dead_rows_after_their_death_instant,
+    q9_sweep_dead_letters_expired_pending_and_processing_rows,
+    q9_sweep_is_scoped_to_its_queue,
+)
+from .q10_transactions import (
+    q10_finished_transaction_is_consumed,
+    q10_transaction_rolls_back_on_exception,
+    q10_transaction_rows_appear_and_wake_only_after_commit,
+    q10_transaction_stamps_handle_opts_or_the_defaults,
+    q10_transaction_validates_arguments_without_effect,
+)
+from .q11_closed_store import (
+    q11_a_blocked_wake_listener_wakes_up_with_store_closed,
+    q11_a_transaction_open_at_close_raises_store_closed,
+    q11_closing_twice_is_harmless,
+    q11_every_operation_after_close_raises_store_closed,
+    q11_leaving_the_store_block_closes_everything,
+    q11_store_closed_is_reported_before_other_errors,
+)
+from .q12_errors import (
+    q12_bad_input_has_no_partial_effect,
+    q12_errors_form_one_hierarchy,
+    q12_messages_name_the_parameter_and_the_value,
+    q12_messages_never_contain_the_payload,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .._harness import EngineHarness
+
+__all__ = ["CONFORMANCE_CHECKS", "check_conformance"]
+
+
+#: Every check, in contract order, then the checks of decisions where the contract is
+#: silent (``d22_...``: docs/dev/decisions-foundation.md). Their ``__name__`` is the
+#: check's name.
+CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
+    q1_queue_names_accept_1_to_63_allowed_characters,
+    q1_queue_names_reject_invalid_and_reserved_names,
+    q1_queue_handle_carries_its_opts_and_defaults,
+    q1_queue_opts_reject_invalid_values,
+    q1_queue_opts_accept_boundary_values,
+    q1_rows_keep_the_stamps_of_the_handle_that_enqueued_them,
+    q2_enqueue_without_delay_or_run_at_is_ready_now,
+    q2_delay_wins_over_run_at,
+    q2_negative_delay_makes_the_job_ready_now,
+    q2_run_at_is_stored_as_given,
+    q2_run_at_must_be_timezone_aware,
+    q2_expires_at_is_relative_to_enqueue_time,
+    q2_max_attempts_override_is_the_only_per_job_stamp,
+    q2_payload_round_trips_byte_for_byte,
+    q2_payload_must_be_bytes_within_the_maximum_size,
+    q2_enqueue_rejects_invalid_options_without_effect,
+    q2_priority_accepts_the_int32_range,
+    q2_ids_increase_in_enqueue_order,
+    q2_enqueue_many_is_atomic_with_one_clock_read,
+    q2_enqueue_wakes_its_queue,
+    q3_claim_order_is_priority_then_run_at_then_id,
+    q3_reclaimable_rows_take_their_place_in_the_order,
+    q3_claim_batch_takes_the_best_n,
+    q3_claim_batch_with_n_at_most_zero_has_no_effect,
+    q3_claim_batch_n_must_be_an_int,
+    q3_worker_id_must_be_a_non_empty_str,
+    q3_claim_sets_the_claim_fields,
+    q3_delayed_rows_are_not_claimable_until_due,
+    q3_expired_rows_are_never_claimed,
+    q3_reclaim_after_the_deadline_consumes_an_attempt,
+    q3_reclaimed_holder_is_refused_and_the_row_untouched,
+    q3_pre_claim_sweep_dead_letters_lapsed_claims_at_budget,
+    q3_concurrent_claims_hand_out_each_job_exactly_once,
+    q4_heartbeat_is_an_absolute_reset,
+    q4_heartbeat_defaults_to_the_rows_visibility_timeout,
+    q4_heartbeat_rejects_invalid_extend,
+    q4_late_heartbeat_is_refused,
+    q4_claim_is_valid_at_the_deadline_instant,
+    q4_claim_lapses_one_instant_after_the_deadline,
+    q4_ack_deletes_the_row,
+    q4_retry_at_budget_dead_letters,
+    q4_retry_below_budget_with_an_explicit_delay,
+    q4_retry_and_fail_reject_invalid_arguments_without_effect,
+    q4_fail_dead_letters_now,
+    q4_ack_retry_fail_are_one_shot,
+    q4_heartbeat_does_not_consume_the_handle,
+    q4_dead_letter_moves_are_atomic,
+    q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
+    q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
+    q4_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n,
+    q4_ack_handles_and_claim_claims_after_the_acks_took_effect,
+    q4_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch,
+    q4_ack_handles_and_claim_rejects_bad_arguments_without_effect,
+    q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
+    q4_retry_handles_retries_valid_claims_and_refuses_stale_ones,
+    q4_retry_handles_dead_letters_claims_on_their_last_attempt,
+    q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
+    q4_retry_and_fail_handles_reject_bad_items_without_effect,
+    q5_backoff_delay_is_within_the_equal_jitter_range,
+    q5_backoff_is_capped_at_one_hour,
+    q5_backoff_base_zero_retries_at_once,
+    q5_backoff_below_one_second_waits_one_second,
+    q5_backoff_draws_come_from_the_injected_rng,
+    q6_ack_batch_deletes_only_valid_claims_of_this_queue,
+    q6_ack_batch_counts_a_claim_at_its_deadline_instant,
+    q6_ack_batch_of_nothing_returns_zero,
+    q7_cancel_deletes_a_pending_row,
+    q7_cancel_deletes_a_processing_row_and_refuses_its_holder,
+    q7_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+    q8_get_job_shows_every_field,
+    q8_rows_of_other_queues_are_invisible,
+    q8_timestamps_are_aware_utc,
+    q8_run_at_given_in_another_zone_is_shown_in_utc,
+    q9_sweep_dead_letters_expired_pending_and_processing_rows,
+    q9_retention_none_keeps_dead_rows_forever,
+    q9_retention_zero_purges_dead_rows_after_their_death_instant,
+    q9_retention_purges_dead_rows_after_the_retention,
+    q9_sweep_is_scoped_to_its_queue,
+    q9_retention_is_that_of_the_sweeping_handle,
+    q10_transaction_rows_appear_and_wake_only_after_commit,
+    q10_transaction_rolls_back_on_exception,
+    q10_transaction_stamps_handle_opts_or_the_defaults,
+    q10_transaction_validates_arguments_without_effect,
+    q10_finished_transaction_is_consumed,
+    q11_every_operation_after_close_raises_store_closed,
+    q11_leaving_the_store_block_closes_everything,
+    q11_a_transaction_open_at_close_raises_store_closed,
+    q11_a_blocked_wake_listener_wakes_up_with_store_closed,
+    q11_closing_twice_is_harmless,
+    q11_store_closed_is_reported_before_other_errors,
+    q12_errors_form_one_hierarchy,
+    q12_messages_name_the_parameter_and_the_value,
+    q12_messages_never_contain_the_payload,
+    q12_bad_input_has_no_partial_effect,
+    d22_stats_counts_each_queue_by_state_at_one_instant,
+    d23_ids_issued_minus_live_and_dead_counts_the_rows_gone,
+    d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_reset,
+    d24_requeue_dead_all_redrives_every_dead_row_of_the_queue_only,
+    d24_requeue_dead_restarts_the_time_to_live,
+    d24_requeue_dead_rejects_bad_arguments_without_effect,
+    d25_purge_dead_deletes_dead_rows_older_than_the_limit,
+    d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
+    d26_store_get_job_finds_a_row_by_id_in_any_queue,
+    d26_list_jobs_pages_through_one_state_by_id,
+    d27_stats_count_each_queues_acked_jobs,
+    d27_stats_count_each_queues_dead_letter_moves,
+    d27_stats_count_each_queues_cancelled_jobs,
+    d27_stats_list_queues_with_counted_jobs_even_without_rows,
+    d30_headers_are_kept_for_the_jobs_whole_life,
+    d30_every_way_to_enqueue_takes_headers,
+    d30_headers_are_validated_without_effect,
+)
+
+
+async def check_conformance(harness: EngineHarness, *, only: Iterable[str] | None = None) -> None:
+    """Run the conformance suite against one engine and report every failure at once.
+
+    Example::
+
+        await check_conformance(MemoryHarness())
+
+    Args:
+        harness: Opens fresh stores of the engine under test and moves its clock.
+        only: Names of the checks to run (see :data:`CONFORMANCE_CHECKS`); default all.
+
+    Raises:
+        AssertionError: one or more checks failed; the message lists each failing check's
+            name with its reason.
+        ValueError: ``only`` names a check that does not exist.
+    """
+    checks = _select(only)
+    failures: list[str] = []
+    for check in checks:
+        try:
+            await check(harness)
+        except AssertionError as exc:
+            failures.append(f"{check.__name__}: {exc}")
+        except Exception as exc:
+            leaves = _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+            described = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves)
+            failures.append(f"{check.__name__}: unexpected {described}")
+    if failures:
+        header = (
+            f"engine {harness.name!r} failed {len(failures)} of {len(checks)} conformance checks:"
+        )
+        raise AssertionError("\n".join([header, *(f"- {f}" for f in failures)]))
+
+
+def _select(only: Iterable[str] | None) -> list[Check]:
+    if only is None:
+        return list(CONFORMANCE_CHECKS)
+    if isinstance(only, str):
+        raise ValueError(f"only must be an iterable of check names, not the str {only!r}")
+    by_name = {check.__name__: check for check in CONFORMANCE_CHECKS}
+    wanted = list(dict.fromkeys(only))
+    unknown = [name for name in wanted if name not in by_name]
+    if unknown:
+        raise ValueError(f"only names unknown conformance checks: {unknown}")
+    return [by_name[name] for name in wanted]
