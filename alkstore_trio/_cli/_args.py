@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
+from .. import postgres
 from .._core import _validate as v
 from .._errors import InvalidArgument
 from .._util import finite_number
@@ -124,17 +125,11 @@ def dsn(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must not be empty; expected {DSN_SHAPE}")
     try:
-        import psycopg.conninfo
+        return postgres.check_dsn(text)
     except ImportError:  # reported by the command itself
         return text
-    try:
-        psycopg.conninfo.conninfo_to_dict(text)
-    except psycopg.Error:
-        raise argparse.ArgumentTypeError(
-            "is not a PostgreSQL URL or libpq conninfo (the value is not shown: it may hold "
-            f"a password); expected {DSN_SHAPE}"
-        ) from None
-    return text
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("the DSN ")) from None
 
 
 def store_url(text: str) -> str:
@@ -150,11 +145,9 @@ def store_url(text: str) -> str:
 def schema_name(text: str) -> str:
     """An argparse ``type`` for ``--schema``: the rule of ``open_store(schema=...)``."""
     try:
-        from .._engines._postgres import _sql
+        return postgres.check_schema_name(text)
     except ImportError:  # reported by the command itself
         return text
-    try:
-        return _sql.check_schema_name(text)
     except InvalidArgument as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

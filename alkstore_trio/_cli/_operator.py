@@ -14,6 +14,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
+from .. import postgres
 from .._errors import EngineError, InvalidArgument, SchemaError
 from .._open import open_store
 from ._args import (
@@ -65,33 +66,15 @@ def add_command(
     return parser
 
 
-def password_of(dsn: str) -> str | None:
-    """The DSN's password (to mask it in messages), or ``None``."""
-    import psycopg.conninfo
-
-    try:
-        secret = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
-    except psycopg.Error:
-        return None
-    return None if secret is None else str(secret)
-
-
 @asynccontextmanager
 async def operator_store(args: argparse.Namespace) -> AsyncIterator[Store]:
     """Open the store of ``--dsn``/``--schema`` for one operator command; connection and
     schema failures become one line (password masked) with the fix."""
     dsn: str = args.dsn
     try:
-        import psycopg  # noqa: F401 - only to report its absence here
-
-        from .._engines._postgres import _backend
+        where = f"{postgres.redact_dsn(dsn)} schema {args.schema!r}"
     except ImportError as exc:
-        raise CommandFailed(
-            f"this command needs psycopg 3 ({exc}); install the postgres extra: "
-            "pip install 'alkstore_trio[postgres]'"
-        ) from None
-    password = password_of(dsn)
-    where = f"{_backend.redact_dsn(dsn)} schema {args.schema!r}"
+        raise CommandFailed(str(exc)) from None
     try:
         async with open_store(
             dsn,
@@ -103,14 +86,16 @@ async def operator_store(args: argparse.Namespace) -> AsyncIterator[Store]:
         ) as store:
             yield store
     except SchemaError as exc:
-        raise CommandFailed(one_line(exc, password)) from None
+        raise CommandFailed(one_line(exc, dsn)) from None
     except EngineError as exc:
+        message = one_line(exc, dsn)
+        if where.partition(" schema ")[0] not in message:
+            message += f" ({where})"
         raise CommandFailed(
-            f"{one_line(exc, password)} ({where}); check --dsn (or {DSN_ENV}) and that "
-            "the server is running"
+            f"{message}; check --dsn (or {DSN_ENV}) and that the server is running"
         ) from None
     except InvalidArgument as exc:
-        raise UsageProblem(one_line(exc, password)) from None
+        raise UsageProblem(one_line(exc, dsn)) from None
 
 
 async def queues_with(store: Store, queue: str | None, *, dead: bool) -> list[str]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING
+
+from .. import postgres
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,9 +63,10 @@ def escaped(text: str) -> str:
     return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
 
 
-def one_line(exc: BaseException, password: str | None) -> str:
-    """An exception as one line, with the DSN's password (if any) masked."""
+def one_line(exc: BaseException, dsn: str | None) -> str:
+    """An exception as one line, with the password of ``dsn`` (if any) masked."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    if password:
-        text = text.replace(password, "***")
+    if dsn and not dsn.lower().startswith("memory://"):
+        with contextlib.suppress(ImportError):  # without psycopg, no DSN was used
+            text = postgres.hide_password(text, dsn)
     return text

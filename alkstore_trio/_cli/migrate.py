@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-import trio
-
-from .._errors import SchemaError
+from .. import postgres
+from .._errors import EngineError, InvalidArgument, SchemaError
 from ._args import (
     DSN_ENV,
     EXIT_OK,
     SCHEMA_ENV,
     CommandFailed,
+    UsageProblem,
     add_store_options,
     dsn,
     positive_seconds,
@@ -23,8 +23,6 @@ from ._output import one_line
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
-
-    from .._engines._postgres._driver import Connection
 
 #: ``pg_stat_activity.application_name`` of the command's connection.
 APPLICATION_NAME: Final = "alkstore-trio migrate"
@@ -70,99 +68,41 @@ def add_parser(
     migrate.set_defaults(run=run, usage_error=migrate.error)
 
 
-#: What an operator must know when ``migrate`` takes an existing schema across a version
-#: (never for a fresh schema): printed after the migration, and in ``--dry-run``'s script.
-UPGRADE_NOTES: Final = {
-    3: (
-        "version 3 adds job headers, and workers of the version-2 release still running "
-        "fail to claim until restarted with this release; stop them before migrating "
-        "(docs/how-to/migrate.md, 'Version 3: stop the old workers first')"
-    ),
-}
-
-
-def _upgrade_notes(before: int | None, after: int) -> list[str]:
-    """The notes of the versions an existing schema at ``before`` crosses to ``after``."""
-    if not before:
-        return []
-    return [UPGRADE_NOTES[v] for v in sorted(UPGRADE_NOTES) if before < v <= after]
-
-
 async def run(args: argparse.Namespace) -> int:
-    try:
-        import psycopg
-        import psycopg.conninfo
-
-        from .._engines._postgres import _backend, _driver, _schema
-    except ImportError as exc:
-        raise CommandFailed(
-            f"the migrate command needs psycopg 3 ({exc}); install the postgres extra: "
-            "pip install 'alkstore_trio[postgres]'"
-        ) from None
-
     dsn: str = args.dsn
     schema: str = args.schema
-    where = _backend.redact_dsn(dsn)
-    secret = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
-    password = None if secret is None else str(secret)
-    try:
-        conn = await _driver.connect(
-            dsn, connect_timeout_s=args.connect_timeout, application_name=APPLICATION_NAME
-        )
-    except psycopg.Error as exc:
-        raise CommandFailed(
-            f"cannot connect to {where}: {one_line(exc, password)}; check --dsn "
-            f"(or {DSN_ENV}) and that the server is running"
-        ) from None
+    options = {
+        "schema": schema,
+        "connect_timeout_s": args.connect_timeout,
+        "application_name": APPLICATION_NAME,
+    }
     try:
         if args.dry_run:
-            print(await _dry_run(conn, schema, where))
+            script = await postgres.migration_script(dsn, **options)
+            where = postgres.redact_dsn(dsn)
+            print(f"-- alkstore-trio migrate --dry-run on {where} (nothing was executed)")
+            print(script)
             return EXIT_OK
-        before, after = await _schema.migrate(conn, schema)
+        done = await postgres.migrate(dsn, **options)
+    except ImportError as exc:
+        raise CommandFailed(str(exc)) from None
     except SchemaError as exc:
         raise CommandFailed(str(exc)) from None
-    except psycopg.Error as exc:
-        nothing = "nothing was executed" if args.dry_run else "nothing was changed"
-        raise CommandFailed(
-            f"migrating schema {schema!r} on {where} failed ({nothing}): "
-            f"{one_line(exc, password)}; check that the user may create schemas, tables "
-            "and functions in the database"
-        ) from None
-    finally:
-        with trio.CancelScope(shield=True):
-            await conn.aclose()
-    if before == after:
-        print(f"schema {schema!r}: already at version {after}")
+    except EngineError as exc:
+        raise CommandFailed(f"{one_line(exc, dsn)}; {_fix(exc)}") from None
+    except InvalidArgument as exc:
+        raise UsageProblem(one_line(exc, dsn)) from None
+    if not done.changed:
+        print(f"schema {schema!r}: already at version {done.after}")
     else:
-        print(f"schema {schema!r}: version {before or 0} -> {after}")
-        for note in _upgrade_notes(before, after):
+        print(f"schema {schema!r}: version {done.before or 0} -> {done.after}")
+        for note in done.notes:
             print(f"note: {note}")
     return EXIT_OK
 
 
-async def _dry_run(conn: Connection, schema: str, where: str) -> str:
-    """The SQL ``migrate`` would run on ``schema``, as a script: the same transaction,
-    advisory lock, migrations and version writes. Only reads the schema's version."""
-    from .._engines._postgres import _schema, _sql
-
-    # Belt and braces: this session cannot write, whatever happens below.
-    await conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-    version = await _schema.current_version(conn, schema)
-    latest = _sql.latest_version()
-    if version is not None and version > latest:
-        raise SchemaError(
-            f"schema {schema!r} is at version {version}, newer than this library's "
-            f"{latest}; upgrade alkstore_trio (migrations are never rolled back)"
-        )
-    header = f"-- alkstore-trio migrate --dry-run on {where} (nothing was executed)"
-    shown = "none (no alkstore_trio tables)" if version is None else str(version)
-    if version == latest:
-        return f"{header}\n-- schema {schema!r}: already at version {latest}; nothing to run"
-    return "\n".join(
-        [
-            header,
-            f"-- schema {schema!r}: version {shown} -> {latest}",
-            *(f"-- note: {note}" for note in _upgrade_notes(version, latest)),
-            _schema.migration_script(schema, version),
-        ]
-    )
+def _fix(exc: EngineError) -> str:
+    """What to check after ``exc``: the DSN and the server, or the user's rights."""
+    if str(exc).startswith("cannot connect"):
+        return f"check --dsn (or {DSN_ENV}) and that the server is running"
+    return "check that the user may create schemas, tables and functions in the database"

@@ -9,6 +9,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Final, NoReturn
 
+from .. import postgres
 from .._errors import AlkstoreError, EngineError, SchemaError
 from .._open import open_store
 from .._runtime import SupervisorEscalated
@@ -24,7 +25,6 @@ from ._args import (
     worker_id,
 )
 from ._handlers import QueueSpecError, load_handlers, make_cwd_importable, parse_queue_spec
-from ._operator import password_of
 from ._output import one_line
 from ._serve import serve_worker
 
@@ -190,18 +190,12 @@ async def run(args: argparse.Namespace) -> int:
     dsn: str = args.dsn
     schema: str = args.schema
     if dsn.lower().startswith("memory://"):
-        where, password = "memory:// (in-process: only this process can enqueue)", None
+        where = "memory:// (in-process: only this process can enqueue)"
     else:
         try:
-            import psycopg  # noqa: F401 - only to report its absence here
-
-            from .._engines._postgres import _backend
+            where = f"{postgres.redact_dsn(dsn)} schema {schema!r}"
         except ImportError as exc:
-            raise CommandFailed(
-                f"a PostgreSQL --dsn needs psycopg 3 ({exc}); install the postgres extra: "
-                "pip install 'alkstore_trio[postgres]'"
-            ) from None
-        where, password = f"{_backend.redact_dsn(dsn)} schema {schema!r}", password_of(dsn)
+            raise CommandFailed(str(exc)) from None
 
     def open_worker_store() -> AbstractAsyncContextManager[Store]:
         return open_store(
@@ -231,18 +225,18 @@ async def run(args: argparse.Namespace) -> int:
             status_interval_s=args.status_interval_s,
         )
     except SchemaError as exc:
-        raise CommandFailed(one_line(exc, password)) from None
+        raise CommandFailed(one_line(exc, dsn)) from None
     except EngineError as exc:
         raise CommandFailed(
-            f"{one_line(exc, password)}; check --dsn (or {DSN_ENV}) and that the server is running"
+            f"{one_line(exc, dsn)}; check --dsn (or {DSN_ENV}) and that the server is running"
         ) from None
     except SupervisorEscalated as exc:
         cause = exc.__cause__
         why = "" if cause is None else f" (the crash: {type(cause).__name__}: {cause})"
-        message = one_line(exc, password) + (why and " " + one_line(Exception(why), password))
+        message = one_line(exc, dsn) + (why and " " + one_line(Exception(why), dsn))
         raise CommandFailed(f"the worker failed and released its claimed jobs: {message}") from None
     except AlkstoreError as exc:
-        raise CommandFailed(f"{type(exc).__name__}: {one_line(exc, password)}") from None
+        raise CommandFailed(f"{type(exc).__name__}: {one_line(exc, dsn)}") from None
 
 
 def setup(args: argparse.Namespace) -> None:
