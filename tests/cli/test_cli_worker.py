@@ -873,7 +873,7 @@ async def test_cli_worker_never_echoes_the_password(start_worker, tmp_path):
     )
     assert await worker.wait() == 1
     assert "s3cr3t-pw" not in worker.stderr
-    assert worker.stderr.startswith("alkstore-trio worker: cannot open the store on ")
+    assert worker.stderr.startswith("alkstore-trio worker: cannot connect to ")
     assert "postgresql://postgres@127.0.0.1:1/test" in worker.stderr
 
 
