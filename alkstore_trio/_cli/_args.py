@@ -10,6 +10,7 @@ anything is opened.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import TYPE_CHECKING, Final
 
 from .. import postgres
@@ -18,7 +19,7 @@ from .._errors import InvalidArgument
 from .._util import finite_number
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 #: Exit status of a successful command.
 EXIT_OK = 0
@@ -37,10 +38,46 @@ SCHEMA_ENV: Final = "ALKSTORE_SCHEMA"
 DEFAULT_SCHEMA: Final = "alkstore"
 #: The shape of a ``--dsn`` value, for messages.
 DSN_SHAPE: Final = "postgresql://user[:password]@host[:port]/dbname or 'host=... dbname=...'"
-#: Where the environment variables are described, in every command's epilog.
+#: Where the environment variables are described, in the epilog of the commands that
+#: open a store.
 ENVIRONMENT: Final = (
     f"environment: {DSN_ENV} is the default of --dsn and {SCHEMA_ENV} the default of --schema."
 )
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that a description or epilog keeps its paragraphs
+    (separated by blank lines) and the lines of a paragraph that has indented lines (an
+    example: one command a line) as they are; other paragraphs are wrapped."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # An option's name is never cut at its hyphens ("--older-" / "than").
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.strip().split("\n\n"):
+            if "\n  " in paragraph:
+                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                flat = " ".join(paragraph.split())
+                paragraphs.append(
+                    textwrap.fill(
+                        flat,
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,
+                    )
+                )
+        return "\n\n".join(paragraphs)
+
+
+def epilog(*paragraphs: str, examples: Iterable[str]) -> str:
+    """A command's epilog: ``paragraphs`` (environment, exit status), then its examples,
+    one command line each (an example may end with ``  # what it does``)."""
+    lines = "\n".join(f"  {example}" for example in examples)
+    return "\n\n".join([*paragraphs, f"examples:\n{lines}"])
 
 
 class CommandFailed(Exception):
@@ -200,6 +237,20 @@ def add_store_options(
             f"the schema holding the tables (default: the {SCHEMA_ENV} environment "
             f"variable, else {DEFAULT_SCHEMA!r})"
         ),
+    )
+
+
+def add_older_than(command: argparse.ArgumentParser, *, old_name: str, what: str) -> None:
+    """``--older-than-s S``: how long a job must have been dead to be deleted (``dead
+    purge``, ``sweep``); ``old_name`` is the name the command used to give it."""
+    command.add_argument(
+        "--older-than-s",
+        old_name,
+        metavar="S",
+        dest="older_than_s",
+        type=seconds(zero_ok=True),
+        default=None,
+        help=f"{what}; {old_name} is the old name",
     )
 
 

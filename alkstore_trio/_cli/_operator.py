@@ -19,18 +19,20 @@ from .._errors import EngineError, InvalidArgument, SchemaError
 from .._open import open_store
 from ._args import (
     DSN_ENV,
-    SCHEMA_ENV,
+    ENVIRONMENT,
     CommandFailed,
+    HelpFormatter,
     UsageProblem,
     add_connect_timeout,
     add_store_options,
     dsn,
+    epilog,
 )
 from ._output import one_line
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
     from .._store import Store
 
@@ -53,13 +55,16 @@ def add_command(
     title: str,
     help: str,
     description: str,
+    examples: Sequence[str],
 ) -> argparse.ArgumentParser:
     """Add an operator command with ``--dsn``, ``--schema`` and ``--connect-timeout``."""
-    epilog = (
-        f"environment: {DSN_ENV} is the default of --dsn and {SCHEMA_ENV} the default of "
-        f"--schema. {EXIT_STATUSES}"
+    parser = parent.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog(ENVIRONMENT, EXIT_STATUSES, examples=examples),
+        formatter_class=HelpFormatter,
     )
-    parser = parent.add_parser(name, help=help, description=description, epilog=epilog)
     add_store_options(parser, env, dsn_type=dsn, dsn_what="a postgresql:// URL or a libpq conninfo")
     add_connect_timeout(parser)
     parser.set_defaults(run=run, usage_error=parser.error, title=title)

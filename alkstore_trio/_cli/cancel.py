@@ -25,10 +25,11 @@ def add_parser(
         title="cancel",
         help="delete a pending or processing job",
         description=(
-            "Delete the live job with this id (Q7). A worker running it is not "
+            "Delete the live job with this id. A worker running it is not "
             "interrupted: its ack, retry or fail is refused. Exit status 1 when there is "
             "no live job with this id (dead jobs are purged with 'dead purge')."
         ),
+        examples=["alkstore-trio cancel 42"],
     )
     cancel.add_argument("job_id", metavar="ID", type=job_id, help="the job's id")
 

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ._args import EXIT_OK, CommandFailed, UsageProblem, job_id, queue_name, seconds
+from ._args import (
+    EXIT_OK,
+    CommandFailed,
+    HelpFormatter,
+    UsageProblem,
+    add_older_than,
+    epilog,
+    job_id,
+    queue_name,
+)
 from ._operator import add_command, operator_store, queues_with
 from ._output import say
 from .jobs import add_list_options, print_jobs
@@ -29,12 +38,31 @@ def add_parser(
     dead = commands.add_parser(
         "dead",
         help="list, redrive (requeue) or purge dead jobs",
-        description="Work the dead-letter queue.",
+        description=(
+            "Work the dead-letter queue: list the dead jobs, requeue them (back to pending) "
+            "or purge them for good."
+        ),
+        epilog=epilog(
+            examples=[
+                "alkstore-trio dead list --queue emails",
+                "alkstore-trio dead requeue --all --queue emails",
+                "alkstore-trio dead purge --older-than-s 604800 --yes",
+            ]
+        ),
+        formatter_class=HelpFormatter,
     )
     dead_commands = dead.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
     dead_commands.required = True
+    _add_list(dead_commands, env)
+    _add_requeue(dead_commands, env)
+    _add_purge(dead_commands, env)
+
+
+def _add_list(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
+) -> None:
     dead_list = add_command(
-        dead_commands,
+        commands,
         env,
         "list",
         list_dead,
@@ -44,55 +72,87 @@ def add_parser(
             "List dead jobs, oldest id first, with when they died and why "
             "(their last_error). Without --queue, every queue with dead jobs, in turn."
         ),
+        examples=[
+            "alkstore-trio dead list",
+            "alkstore-trio dead list --queue emails --after-id 1200 --limit 100",
+            "alkstore-trio dead list --queue emails --json",
+        ],
     )
-    dead_list.add_argument("--queue", metavar="Q", type=queue_name, help="only this queue")
+    dead_list.add_argument(
+        "--queue", metavar="Q", type=queue_name, help="only this queue (default: every queue)"
+    )
     add_list_options(dead_list)
+
+
+def _add_requeue(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
+) -> None:
     requeue = add_command(
-        dead_commands,
+        commands,
         env,
         "requeue",
         requeue_dead,
         title="dead requeue",
         help="redrive dead jobs: back to pending, attempts reset",
         description=(
-            "Move dead jobs back to pending, ready now, with their attempts reset to 0 "
-            "(D24), and wake the queue's workers. Name the jobs by id, or --all for every "
+            "Move dead jobs back to pending, ready now, with their attempts reset to 0, "
+            "and wake the queue's workers. Name the jobs by id, or --all for every "
             "dead job (of --queue, or of every queue). Each queue's jobs move in one "
             "transaction. Ids that are not dead jobs (of --queue, when given) are "
             "reported and skipped."
         ),
+        examples=[
+            "alkstore-trio dead requeue 17 42",
+            "alkstore-trio dead requeue --all --queue emails",
+        ],
     )
-    requeue.add_argument("job_ids", metavar="ID", type=job_id, nargs="*", help="job ids")
-    requeue.add_argument("--all", action="store_true", help="every dead job")
-    requeue.add_argument("--queue", metavar="Q", type=queue_name, help="only this queue")
+    requeue.add_argument(
+        "job_ids", metavar="ID", type=job_id, nargs="*", help="the ids of the dead jobs to requeue"
+    )
+    requeue.add_argument(
+        "--all", action="store_true", help="every dead job (of --queue, or of every queue)"
+    )
+    requeue.add_argument(
+        "--queue", metavar="Q", type=queue_name, help="only this queue (default: every queue)"
+    )
     requeue.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object: the count per queue, the total and the skipped ids",
     )
+
+
+def _add_purge(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
+) -> None:
     purge = add_command(
-        dead_commands,
+        commands,
         env,
         "purge",
         purge_dead,
         title="dead purge",
-        help="delete dead jobs for good (all, or those older than --older-than)",
+        help="delete dead jobs for good (all, or those older than --older-than-s)",
         description=(
-            "Delete dead jobs for good (D25): those that died more than --older-than "
+            "Delete dead jobs for good: those that died more than --older-than-s "
             "seconds ago, or every one. Of --queue, or of every queue (one transaction "
             "per queue). On a terminal it first counts the jobs it would delete and asks; "
             "when stdin is not a terminal (a script, cron, CI) it refuses unless --yes is "
-            "given. --dry-run only counts them (D29)."
+            "given. --dry-run only counts them."
         ),
+        examples=[
+            "alkstore-trio dead purge --queue reports",
+            "alkstore-trio dead purge --older-than-s 604800 --dry-run",
+            "alkstore-trio dead purge --older-than-s 604800 --yes  # in a script or cron job",
+        ],
+    )
+    add_older_than(
+        purge,
+        old_name="--older-than",
+        what="only jobs dead for more than S seconds (default: every dead job)",
     )
     purge.add_argument(
-        "--older-than",
-        metavar="S",
-        type=seconds(zero_ok=True),
-        default=None,
-        help="only jobs dead for more than S seconds (default: every dead job)",
+        "--queue", metavar="Q", type=queue_name, help="only this queue (default: every queue)"
     )
-    purge.add_argument("--queue", metavar="Q", type=queue_name, help="only this queue")
     purge.add_argument(
         "-y",
         "--yes",
@@ -186,18 +246,20 @@ async def purge_dead(args: argparse.Namespace) -> int:
         )
     async with operator_store(args) as store:
         queues = await queues_with(store, args.queue, dead=True)
-        # D29: exactly what a purge now would delete, per queue (the age limit applied).
+        # Exactly what a purge now would delete, per queue (the age limit applied).
         doomed = {
-            name: await store.queue(name).purge_dead(args.older_than, dry_run=True)
+            name: await store.queue(name).purge_dead(args.older_than_s, dry_run=True)
             for name in queues
         }
         if args.dry_run:
             purged = doomed
         else:
             asked = not args.yes and sum(doomed.values()) > 0
-            if asked and not await _confirm(_purge_question(doomed, args.older_than)):
+            if asked and not await _confirm(_purge_question(doomed, args.older_than_s)):
                 raise CommandFailed("purge cancelled: nothing was deleted")
-            purged = {name: await store.queue(name).purge_dead(args.older_than) for name in queues}
+            purged = {
+                name: await store.queue(name).purge_dead(args.older_than_s) for name in queues
+            }
     total = sum(purged.values())
     verb = "would purge" if args.dry_run else "purged"
     if args.json:
@@ -213,7 +275,7 @@ async def purge_dead(args: argparse.Namespace) -> int:
 
 
 def _purge_question(doomed: Mapping[str, int], older_than_s: float | None) -> str:
-    """``dead purge``'s question, with the number of jobs the purge would delete (D29)."""
+    """``dead purge``'s question, with the number of jobs the purge would delete."""
     total = sum(doomed.values())
     jobs = f"{total} dead job{'s' if total != 1 else ''}"
     where = f"queue {next(iter(doomed))!r}" if len(doomed) == 1 else f"{len(doomed)} queues"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._demo import format_summary, run_demo
-from ._args import EXIT_OK, CommandFailed, int_in
+from ._args import EXIT_OK, CommandFailed, HelpFormatter, epilog, int_in
 
 if TYPE_CHECKING:
     import argparse
@@ -30,6 +30,15 @@ def add_parser(
             "terminal). Then print a summary. The counts are the same for the same "
             "--jobs and --seed."
         ),
+        epilog=epilog(
+            "Exit status: 0 done, 1 the jobs did not settle, 2 usage error, 130 "
+            "interrupted (Ctrl-C).",
+            examples=[
+                "alkstore-trio demo",
+                "alkstore-trio demo --jobs 2000 --seed 7 --concurrency 16",
+            ],
+        ),
+        formatter_class=HelpFormatter,
     )
     demo.add_argument(
         "--jobs",
@@ -46,18 +55,21 @@ def add_parser(
         help="seed of the job mix, priorities and delays (default 0)",
     )
     demo.add_argument(
+        "--concurrency",
         "--workers",
-        metavar="W",
+        metavar="N",
+        dest="concurrency",
         type=int_in(1, 64),
         default=4,
-        help="the worker's concurrency: handlers running at once (default 4)",
+        help="the most handlers running at once, as worker --concurrency (default 4; "
+        "--workers is the old name)",
     )
     demo.set_defaults(run=run)
 
 
 async def run(args: argparse.Namespace) -> int:
     try:
-        summary = await run_demo(jobs=args.jobs, seed=args.seed, workers=args.workers)
+        summary = await run_demo(jobs=args.jobs, seed=args.seed, workers=args.concurrency)
     except trio.TooSlowError:
         raise CommandFailed("the jobs did not settle in time") from None
     print(format_summary(summary))

@@ -34,8 +34,16 @@ def add_parser(
             "attempts, backoff base 5 s), and the headers given with --header, and print "
             "its id."
         ),
+        examples=[
+            """alkstore-trio enqueue --queue emails --payload-json '{"to": "ada@example.com"}'""",
+            "alkstore-trio enqueue --queue thumbnails --payload-file photo.jpg "
+            "--header tenant=acme --delay-s 60",
+            "printf 'raw bytes' | alkstore-trio enqueue --queue blobs --payload-file -",
+        ],
     )
-    enqueue.add_argument("--queue", metavar="Q", type=queue_name, required=True)
+    enqueue.add_argument(
+        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
+    )
     payload = enqueue.add_mutually_exclusive_group(required=True)
     payload.add_argument(
         "--payload-json",

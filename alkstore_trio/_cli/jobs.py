@@ -10,7 +10,7 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
-from ._args import EXIT_OK, CommandFailed, int_in, job_id, queue_name
+from ._args import EXIT_OK, CommandFailed, HelpFormatter, epilog, int_in, job_id, queue_name
 from ._operator import add_command, operator_store
 from ._output import cut, escaped, iso, say, table
 
@@ -33,7 +33,16 @@ def add_parser(
 ) -> None:
     """Add ``jobs show`` and ``jobs list``."""
     jobs = commands.add_parser(
-        "jobs", help="show one job or list a queue's jobs", description="Inspect jobs."
+        "jobs",
+        help="show one job or list a queue's jobs",
+        description="Inspect jobs: one by id, live or dead, or a queue's jobs in one state.",
+        epilog=epilog(
+            examples=[
+                "alkstore-trio jobs show 42",
+                "alkstore-trio jobs list --queue emails --state pending",
+            ]
+        ),
+        formatter_class=HelpFormatter,
     )
     jobs_commands = jobs.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
     jobs_commands.required = True
@@ -51,6 +60,11 @@ def add_parser(
             f"{PREVIEW_CHARS} characters), other bytes as hex of the first {PREVIEW_BYTES}. "
             "--payload writes the raw payload bytes to stdout instead, and nothing else."
         ),
+        examples=[
+            "alkstore-trio jobs show 42",
+            "alkstore-trio jobs show 42 --payload > job42.bin",
+            "alkstore-trio jobs show 42 --json",
+        ],
     )
     show.add_argument("job_id", metavar="ID", type=job_id, help="the job's id")
     show.add_argument(
@@ -68,10 +82,19 @@ def add_parser(
             "List a queue's jobs in one state, oldest id first, one line each. "
             "--after-id pages: pass the last id shown."
         ),
+        examples=[
+            "alkstore-trio jobs list --queue emails --state pending",
+            "alkstore-trio jobs list --queue emails --state dead --after-id 1200 --limit 100",
+        ],
     )
-    listing.add_argument("--queue", metavar="Q", type=queue_name, required=True)
     listing.add_argument(
-        "--state", required=True, choices=("pending", "processing", "dead"), help="which jobs"
+        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
+    )
+    listing.add_argument(
+        "--state",
+        required=True,
+        choices=("pending", "processing", "dead"),
+        help="which jobs: pending, processing or dead (required)",
     )
     add_list_options(listing)
 

@@ -26,7 +26,9 @@ from ._args import (
     EXIT_OK,
     EXIT_USAGE,
     CommandFailed,
+    HelpFormatter,
     UsageProblem,
+    epilog,
 )
 from ._handlers import HandlerImportFailed
 
@@ -46,6 +48,17 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser = argparse.ArgumentParser(
         prog="alkstore-trio",
         description="A durable job queue and supervision framework for trio.",
+        epilog=epilog(
+            "Run 'alkstore-trio COMMAND --help' for a command's options.",
+            examples=[
+                "alkstore-trio demo",
+                "alkstore-trio migrate --dsn postgresql://app@db.example/shop",
+                "alkstore-trio worker --dsn postgresql://app@db.example/shop "
+                "--queue emails=myapp.tasks:send_email",
+                "alkstore-trio stats --watch",
+            ],
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"alkstore-trio {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -10,13 +10,15 @@ from .. import postgres
 from .._errors import EngineError, InvalidArgument, SchemaError
 from ._args import (
     DSN_ENV,
+    ENVIRONMENT,
     EXIT_OK,
-    SCHEMA_ENV,
     CommandFailed,
+    HelpFormatter,
     UsageProblem,
+    add_connect_timeout,
     add_store_options,
     dsn,
-    positive_seconds,
+    epilog,
 )
 from ._output import one_line
 
@@ -41,11 +43,16 @@ def add_parser(
             "migration once), and print the version before and after. With --dry-run, "
             "print the SQL that would run and execute nothing."
         ),
-        epilog=(
-            f"environment: {DSN_ENV} is the default of --dsn and {SCHEMA_ENV} the default "
-            "of --schema. Exit status: 0 done (or nothing to do), 1 failed (nothing was "
-            "changed), 2 usage error."
+        epilog=epilog(
+            ENVIRONMENT,
+            "Exit status: 0 done (or nothing to do), 1 failed (nothing was changed), 2 "
+            "usage error.",
+            examples=[
+                "alkstore-trio migrate --dsn postgresql://app@db.example:5432/shop",
+                "alkstore-trio migrate --dry-run > migrate.sql  # review it, or run it with psql",
+            ],
         ),
+        formatter_class=HelpFormatter,
     )
     add_store_options(
         migrate, env, dsn_type=dsn, dsn_what="a postgresql:// URL or a libpq conninfo"
@@ -58,13 +65,7 @@ def add_parser(
             "execute nothing (it only reads the schema's version)"
         ),
     )
-    migrate.add_argument(
-        "--connect-timeout",
-        metavar="SECONDS",
-        type=positive_seconds,
-        default=10.0,
-        help="give up connecting after this many seconds (default 10)",
-    )
+    add_connect_timeout(migrate)
     migrate.set_defaults(run=run, usage_error=migrate.error)
 
 

@@ -39,20 +39,27 @@ def add_parser(
             "Per queue: pending jobs ready to run and delayed, processing jobs and how "
             "many of them lapsed (reclaimable), dead jobs, and how long the oldest ready "
             "job has waited, all at one instant of the database clock. With --watch the "
-            "table is refreshed every --interval seconds (in place on a terminal, as "
+            "table is refreshed every --interval-s seconds (in place on a terminal, as "
             "successive blocks otherwise) with each queue's jobs finished per minute "
             "(acked plus dead-lettered) and dead-lettered per minute, from the queue's "
-            "counters in two successive readings (D27). Stop it with Ctrl-C."
+            "counters in two successive readings. Stop it with Ctrl-C."
         ),
+        examples=[
+            "alkstore-trio stats",
+            "alkstore-trio stats --queue emails --watch --interval-s 5",
+            "alkstore-trio stats --json",
+        ],
     )
     stats.add_argument("--queue", metavar="Q", type=queue_name, help="only this queue")
     stats.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
     stats.add_argument(
+        "--interval-s",
         "--interval",
         metavar="S",
+        dest="interval_s",
         type=positive_seconds,
         default=2.0,
-        help="seconds between refreshes with --watch (default 2)",
+        help="seconds between readings with --watch (default 2; --interval is the old name)",
     )
     stats.add_argument(
         "--count",
@@ -251,4 +258,4 @@ async def run(args: argparse.Namespace) -> int:
             if args.count is not None and readings >= args.count:
                 return EXIT_OK
             before = stats
-            await trio.sleep(args.interval)
+            await trio.sleep(args.interval_s)

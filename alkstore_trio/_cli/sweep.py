@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .._core import QueueOpts
-from ._args import EXIT_OK, queue_name, seconds
+from ._args import EXIT_OK, add_older_than, queue_name
 from ._operator import add_command, operator_store, queues_with
 from ._output import say
 
@@ -25,20 +25,24 @@ def add_parser(
         "sweep",
         run,
         title="sweep",
-        help="dead-letter expired jobs (and, with --retention-s, purge old dead jobs)",
+        help="dead-letter expired jobs (and, with --older-than-s, purge old dead jobs)",
         description=(
-            "Run the sweep (Q9) of --queue, or of every queue with jobs: live jobs whose "
-            "expires_at passed move to dead ('expired'); with --retention-s, dead jobs "
-            "older than that are deleted."
+            "Run the sweep a worker runs every --sweep-interval-s, once, on --queue or on "
+            "every queue with jobs: live jobs whose expires_at passed move to dead "
+            "('expired'); with --older-than-s, dead jobs older than that are deleted."
         ),
+        examples=[
+            "alkstore-trio sweep",
+            "alkstore-trio sweep --queue emails --older-than-s 604800 --json",
+        ],
     )
-    sweep.add_argument("--queue", metavar="Q", type=queue_name, help="only this queue")
     sweep.add_argument(
-        "--retention-s",
-        metavar="S",
-        type=seconds(zero_ok=True),
-        default=None,
-        help="also delete dead jobs dead for more than S seconds (default: keep them)",
+        "--queue", metavar="Q", type=queue_name, help="only this queue (default: every queue)"
+    )
+    add_older_than(
+        sweep,
+        old_name="--retention-s",
+        what="also delete jobs dead for more than S seconds (default: keep them)",
     )
     sweep.add_argument(
         "--json", action="store_true", help="print one JSON object: the counts per queue and totals"
@@ -46,7 +50,7 @@ def add_parser(
 
 
 async def run(args: argparse.Namespace) -> int:
-    opts = QueueOpts(dead_letter_retention_s=args.retention_s)
+    opts = QueueOpts(dead_letter_retention_s=args.older_than_s)
     async with operator_store(args) as store:
         results = {
             name: await store.queue(name, opts).sweep_expired()

@@ -15,11 +15,13 @@ from .._open import open_store
 from .._runtime import SupervisorEscalated
 from ._args import (
     DSN_ENV,
-    SCHEMA_ENV,
+    ENVIRONMENT,
     CommandFailed,
+    HelpFormatter,
+    add_connect_timeout,
     add_store_options,
+    epilog,
     int_in,
-    positive_seconds,
     seconds,
     store_url,
     worker_id,
@@ -52,6 +54,7 @@ def _queue_spec(text: str) -> QueueSpec:
 def add_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
 ) -> None:
+    """Add ``worker``."""
     worker = commands.add_parser(
         "worker",
         help="run a worker: claim jobs and run their handlers until SIGINT/SIGTERM",
@@ -67,13 +70,20 @@ def add_parser(
             "Progress goes to stderr: a status line every --status-interval-s and a "
             "summary at exit."
         ),
-        epilog=(
-            f"environment: {DSN_ENV} is the default of --dsn and {SCHEMA_ENV} the default "
-            "of --schema. Exit status: 0 stopped by a signal (gracefully), 1 failed (the "
-            "store could not be opened, or the worker failed after releasing its jobs), "
-            "2 usage error (a bad --queue included), 130 stopped by a second or third "
-            "signal."
+        epilog=epilog(
+            ENVIRONMENT,
+            "Exit status: 0 stopped by a signal (gracefully), 1 failed (the store could not "
+            "be opened, or the worker failed after releasing its jobs), 2 usage error (a bad "
+            "--queue included), 130 stopped by a second or third signal.",
+            examples=[
+                "alkstore-trio worker --dsn postgresql://app@db.example/shop "
+                "--queue emails=myapp.tasks:send_email",
+                "alkstore-trio worker --queue emails=tasks:send --queue thumbnails=tasks:resize "
+                "--concurrency 20 --job-timeout-s 60",
+                "alkstore-trio worker --dsn memory:// --queue emails=tasks:send  # a smoke test",
+            ],
         ),
+        formatter_class=HelpFormatter,
     )
     add_store_options(
         worker,
@@ -81,13 +91,7 @@ def add_parser(
         dsn_type=store_url,
         dsn_what="a postgresql:// URL, a libpq conninfo, or memory:// (in-process only)",
     )
-    worker.add_argument(
-        "--connect-timeout",
-        metavar="SECONDS",
-        type=positive_seconds,
-        default=10.0,
-        help="PostgreSQL: give up connecting after this many seconds (default 10)",
-    )
+    add_connect_timeout(worker, postgres_only=True)
     worker.add_argument(
         "--no-listen",
         dest="listen",
@@ -108,6 +112,13 @@ def add_parser(
             "allowed on both sides: myapp.tasks:Mailer.send); repeat for more queues"
         ),
     )
+    _add_run_options(worker)
+    _add_output_options(worker)
+    worker.set_defaults(run=run, setup=setup, usage_error=worker.error)
+
+
+def _add_run_options(worker: argparse.ArgumentParser) -> None:
+    """The options of :class:`~alkstore_trio.Worker` itself."""
     worker.add_argument(
         "--concurrency",
         metavar="N",
@@ -165,10 +176,14 @@ def add_parser(
         default=None,
         help="stored as claimed_by on the jobs it claims (default: HOSTNAME:PID:RANDOM)",
     )
+
+
+def _add_output_options(worker: argparse.ArgumentParser) -> None:
+    """What the command prints."""
     worker.add_argument(
         "--status-interval-s",
         metavar="S",
-        type=non_negative,
+        type=seconds(zero_ok=True),
         default=10.0,
         help="seconds between status lines on stderr; 0 for none (default 10)",
     )
@@ -183,7 +198,6 @@ def add_parser(
             "job transition), WARNING (default) or ERROR"
         ),
     )
-    worker.set_defaults(run=run, setup=setup, usage_error=worker.error)
 
 
 async def run(args: argparse.Namespace) -> int:
