@@ -208,10 +208,16 @@ async def migration_script(
     read-only session.
 
     Args:
-        dsn, schema, connect_timeout_s, application_name: As for :func:`migrate`.
+        dsn: A ``postgresql://`` URL or libpq conninfo.
+        schema: The schema holding the tables.
+        connect_timeout_s: How long to keep retrying a transient connect failure.
+        application_name: Shown in ``pg_stat_activity``.
 
     Raises:
-        InvalidArgument, EngineError, SchemaError, ImportError: As for :func:`migrate`.
+        InvalidArgument: ``dsn``, ``schema`` or ``connect_timeout_s`` is invalid.
+        EngineError: the database cannot be reached (the cause is named).
+        SchemaError: the schema is newer than this library.
+        ImportError: psycopg is not installed.
     """
     _require()
     from ._engines._postgres import _dsn, _schema, _sql
