@@ -13,9 +13,13 @@ Layers, each importing only the ones below it (checked by import-linter):
 - ``_runtime``: supervision (``open_supervisor``) and the ``Worker``; never imports an
   engine.
 - ``testing``: manual clock, reference model, conformance suite, state machine.
-- ``_cli``: the ``alkstore-trio`` command.
+- ``postgres``: PostgreSQL administration (migrate, the migration script, DSN
+  redaction); public, but imported explicitly (it needs the ``postgres`` extra when used).
+- ``_cli``: the ``alkstore-trio`` command, a package with one module per command group;
+  it reaches PostgreSQL only through ``postgres`` and ``open_store``.
 
-Everything public is re-exported here; nothing else is public.
+Everything public is re-exported here (except the ``testing``, ``contrib`` and
+``postgres`` modules, imported by name); nothing else is public.
 """
 
 import logging as _logging

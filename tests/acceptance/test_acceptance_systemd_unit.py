@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from alkstore_trio._cli import build_parser
-from alkstore_trio._worker_cli import STOP_SIGNALS
+from alkstore_trio._cli._serve import STOP_SIGNALS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_UNIT = ROOT / "examples" / "systemd" / "alkstore-worker.service"

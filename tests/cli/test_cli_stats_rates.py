@@ -21,8 +21,8 @@ import pytest
 import trio
 
 from alkstore_trio import Store, StoreStats, open_store
-from alkstore_trio import _cli as cli_module
 from alkstore_trio._cli import EXIT_OK, main
+from alkstore_trio._cli import stats as cli_module
 from alkstore_trio._core import QueueStats
 from alkstore_trio._engines._postgres import _driver, _sql
 from alkstore_trio.testing._postgres import _create_frozen_schema

@@ -26,19 +26,17 @@ from _worker_process import DEADLINE_S, ROOT, worker_env
 
 from alkstore_trio import EngineError, StoreClosed, SupervisorEscalated, open_store
 from alkstore_trio._cli import build_parser, main
-from alkstore_trio._runtime import WorkerStatistics
-from alkstore_trio._worker_cli import (
+from alkstore_trio._cli._handlers import (
     QUEUE_SPEC_SHAPE,
     HandlerImportFailed,
     QueueSpec,
     QueueSpecError,
-    format_status,
-    format_summary,
     load_handlers,
     make_cwd_importable,
     parse_queue_spec,
-    serve_worker,
 )
+from alkstore_trio._cli._serve import format_status, format_summary, serve_worker
+from alkstore_trio._runtime import WorkerStatistics
 
 # --- handler modules -----------------------------------------------------------------
 
@@ -645,7 +643,7 @@ def test_cli_worker_failures_are_one_line_with_status_1(
         raise error
 
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr("alkstore_trio._cli.serve_worker", failing_serve)
+    monkeypatch.setattr("alkstore_trio._cli.worker.serve_worker", failing_serve)
     monkeypatch.setattr("logging.basicConfig", lambda **kwargs: None)
     status = main(["worker", "--dsn=memory://", f"--queue=emails={handlers_module}:quick"])
     assert status == 1
@@ -875,7 +873,7 @@ async def test_cli_worker_never_echoes_the_password(start_worker, tmp_path):
     )
     assert await worker.wait() == 1
     assert "s3cr3t-pw" not in worker.stderr
-    assert worker.stderr.startswith("alkstore-trio worker: cannot open the store on ")
+    assert worker.stderr.startswith("alkstore-trio worker: cannot connect to ")
     assert "postgresql://postgres@127.0.0.1:1/test" in worker.stderr
 
 

@@ -20,7 +20,7 @@ import trio.testing
 from test_cli_worker import frozen_nursery, serve_in
 
 from alkstore_trio import open_store
-from alkstore_trio._worker_cli import SystemdNotifier
+from alkstore_trio._cli._serve import SystemdNotifier
 from alkstore_trio.testing import TrioClock
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX datagrams")

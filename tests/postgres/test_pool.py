@@ -14,7 +14,7 @@ import trio
 import trio.testing
 from psycopg import pq
 
-from alkstore_trio import InvalidArgument
+from alkstore_trio import EngineError, InvalidArgument
 from alkstore_trio._engines._postgres._driver import ConnectionBroken
 from alkstore_trio._engines._postgres._pool import (
     BACKOFF_INITIAL_S,
@@ -58,10 +58,12 @@ class FakeConnection:
 
 
 class FakeServer:
-    """A connect function that fails ``failures`` times, then makes FakeConnections."""
+    """A connect function that fails ``failures`` times (with ``error``, by default a
+    transient failure), then makes FakeConnections."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, error: str = "server closed the connection") -> None:
         self.failures = failures
+        self.error = error
         self.made: list[FakeConnection] = []
         self.attempted_at: list[float] = []
 
@@ -71,7 +73,7 @@ class FakeServer:
         await trio.lowlevel.checkpoint()
         if self.failures:
             self.failures -= 1
-            raise psycopg.OperationalError("connection refused")
+            raise psycopg.OperationalError(self.error)
         conn = FakeConnection(len(self.made))
         self.made.append(conn)
         return conn
@@ -271,12 +273,72 @@ async def test_pool_gives_up_connecting_after_connect_timeout(autojump_clock):
     server = FakeServer(failures=1000)
     async with fake_pool(server, connect_timeout_s=1.0) as pool:
         started = trio.current_time()
-        with pytest.raises(psycopg.OperationalError, match="refused"):
+        with pytest.raises(EngineError, match="within 1 s: server closed the connection"):
             async with pool.connection():
                 pass  # pragma: no cover
         assert trio.current_time() - started <= 1.0
         assert pool.statistics().connect_errors == len(server.attempted_at) == 5
         assert pool.statistics().in_use == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (
+            'connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+            'FATAL:  database "shop" does not exist',
+            'database "shop" does not exist',
+        ),
+        (
+            'connection to server at "db", port 5432 failed: FATAL:  password '
+            'authentication failed for user "app"',
+            'password authentication failed for user "app"',
+        ),
+        ("failed to resolve host 'db.invalid': [Errno -2] Name or service not known", "db.invalid"),
+        (
+            'connection to server at "127.0.0.1", port 1 failed: Connection refused\n\tIs the '
+            "server running on that host and accepting TCP/IP connections?",
+            "Connection refused",
+        ),
+    ],
+)
+async def test_pool_fails_at_once_when_waiting_cannot_help(autojump_clock, error, cause):
+    server = FakeServer(failures=1000, error=error)
+    async with fake_pool(server, connect_timeout_s=30) as pool:
+        with pytest.raises(EngineError, match="cannot connect to ") as caught:
+            async with pool.connection():
+                pass  # pragma: no cover
+    assert cause in str(caught.value)
+    assert len(server.attempted_at) == 1
+    assert trio.current_time() == 0
+
+
+async def test_pool_retries_a_refused_connection_once_it_has_connected(autojump_clock):
+    """A refused connect after the pool connected is the server restarting: retried."""
+    server = FakeServer(error="Connection refused")
+    async with fake_pool(server, size=2, connect_timeout_s=30) as pool, pool.connection():
+        server.failures = 3
+        async with pool.connection():
+            pass
+    assert pool.statistics().connect_errors == 3
+    assert pool.statistics().connects == 2
+
+
+async def test_pool_never_shows_the_password_of_a_failed_connect(autojump_clock):
+    server = FakeServer(failures=1, error='FATAL:  role "app" does not exist (s3cr3t-pw)')
+    pool_cm = open_pool(
+        "postgresql://app:s3cr3t-pw@db/shop",
+        size=1,
+        connect_timeout_s=5,
+        application_name="t",
+        connect=server.connect,
+    )
+    async with pool_cm as pool:
+        with pytest.raises(EngineError) as caught:
+            async with pool.connection():
+                pass  # pragma: no cover
+    assert "s3cr3t-pw" not in str(caught.value)
+    assert "postgresql://app@db/shop" in str(caught.value)
 
 
 # -- closing ---------------------------------------------------------------------------

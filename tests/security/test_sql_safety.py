@@ -532,7 +532,7 @@ async def test_security_dsn_passwords_never_appear_in_errors_or_logs(pg_dsn, cas
     they are captured at DEBUG; psycopg logs each connection attempt at DEBUG (or the
     failed name lookup), so some records are always there to check.
     """
-    from alkstore_trio._engines._postgres._backend import redact_dsn
+    from alkstore_trio.postgres import redact_dsn
 
     for name in ("alkstore_trio", "psycopg"):  # psycopg sets its own level to WARNING
         caplog.set_level(logging.DEBUG, logger=name)
@@ -567,7 +567,7 @@ async def test_security_dsn_passwords_never_appear_in_errors_or_logs(pg_dsn, cas
 
 
 def test_security_redact_dsn_keeps_only_host_port_user_and_database():
-    from alkstore_trio._engines._postgres._backend import redact_dsn
+    from alkstore_trio.postgres import redact_dsn
 
     for dsn in (
         f"postgresql://ada:{SENTINEL_PASSWORD}@db.example:5433/jobs?sslmode=require",

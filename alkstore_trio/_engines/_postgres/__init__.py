@@ -7,10 +7,13 @@ Layers, each using only the ones below it:
 - ``_schema``: schema versions and migrations (advisory lock, ``SchemaError``).
 - ``_sql``: the ``.sql`` files (schema, migrations, named queries) and identifier checks.
 - ``_pool``: :func:`open_pool`, a bounded trio-native pool, generic over the driver.
-- ``_driver``: :class:`Connection`, psycopg 3 connections driven by trio (the native
-  driver, or the thread driver as a fallback), and :class:`ConnectionBroken`, the one
-  exception that means "discard this connection". The only module that touches psycopg
-  internals.
+- ``_dsn``: DSN redaction and checks, and connect errors sorted into permanent and
+  transient ones and turned into ``EngineError``/``InvalidArgument`` naming the cause.
+- ``_driver``: :func:`connect` with the driver chosen at import: ``_native`` (psycopg's
+  AsyncConnection driven by trio; the only module that touches psycopg internals) or
+  ``_threaded`` (the sync API in worker threads), both implementing ``_connection``'s
+  :class:`Connection` and :class:`ConnectionBroken`, the one exception that means
+  "discard this connection".
 """
 
 from ._driver import Connection as Connection

@@ -40,6 +40,7 @@ from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
 from . import _driver, _pool, _schema, _sql
+from ._dsn import redact_dsn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -648,22 +649,6 @@ class PostgresTransaction:
             return await self._conn.execute(sql, params)
         except psycopg.Error as exc:
             raise _engine_error(exc) from exc
-
-
-def redact_dsn(conninfo: str) -> str:
-    """The connection string without its password, for messages (host, port, user and
-    database only)."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.Error:
-        return "<dsn>"
-    user = params.get("user")
-    host = params.get("host") or "localhost"
-    port = params.get("port")
-    dbname = params.get("dbname") or ""
-    who = f"{user}@" if user else ""
-    where = f"{host}:{port}" if port else f"{host}"
-    return f"postgresql://{who}{where}/{dbname}"
 
 
 class PostgresOptions(TypedDict):

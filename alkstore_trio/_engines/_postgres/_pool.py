@@ -25,8 +25,12 @@ escapes the check raises :class:`~._driver.ConnectionBroken` in the borrower and
 discarded when returned.
 
 Connecting retries with capped exponential backoff (:data:`BACKOFF_INITIAL_S` doubling
-up to :data:`BACKOFF_MAX_S`) and gives up with the last error after
-``connect_timeout_s`` of failure.
+up to :data:`BACKOFF_MAX_S`) and gives up after ``connect_timeout_s`` of failure with an
+:class:`~alkstore_trio.EngineError` naming the last cause. Only transient failures are
+retried: an answer that waiting cannot change (an unknown database or role, a failed
+authentication, a host that does not resolve; a refused connection before the pool ever
+connected) fails at once, and a malformed DSN is an
+:class:`~alkstore_trio.InvalidArgument` (see :mod:`._dsn`).
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, final, overload
 
+import psycopg
 import trio
 from psycopg import pq
 
 from ..._errors import InvalidArgument
-from . import _driver
+from . import _driver, _dsn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -79,7 +84,7 @@ class PoolClosed(trio.ClosedResourceError):
     were waiting for a connection when it closed.
 
     A :class:`trio.ClosedResourceError`: the pool, not the database, is gone. Unlike a
-    failure to connect (a :class:`psycopg.Error` after ``connect_timeout_s``), retrying
+    failure to connect (an :class:`~alkstore_trio.EngineError`), retrying
     on this pool cannot help.
     """
 
@@ -199,8 +204,10 @@ class Pool(Generic[C]):
 
         Raises:
             PoolClosed: the pool is closed, or closed while waiting.
-            psycopg.Error: no connection could be made within ``connect_timeout_s``
-                (the last attempt's error).
+            EngineError: no connection could be made: at once for a permanent failure,
+                else after ``connect_timeout_s`` (the cause is named; the original
+                error is the ``__cause__``).
+            InvalidArgument: the DSN is malformed.
         """
         return _Lease(self)
 
@@ -289,10 +296,9 @@ class Pool(Generic[C]):
                     connect_timeout_s=max(deadline - trio.current_time(), 1e-3),
                     application_name=self._application_name,
                 )
-            except Exception:
+            except Exception as exc:
                 self._connect_errors += 1
-                if trio.current_time() + delay >= deadline:
-                    raise
+                self._give_up_now(exc, deadline - trio.current_time() <= delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
@@ -302,6 +308,22 @@ class Pool(Generic[C]):
                     await conn.aclose()
                 self._check_open()
             return conn
+
+    def _give_up_now(self, exc: Exception, out_of_time: bool) -> None:
+        """Raise our error for a failed connect unless it is worth retrying (see
+        :mod:`._dsn` for which failures are permanent)."""
+        if isinstance(exc, InvalidArgument):
+            raise exc
+        if not isinstance(exc, psycopg.Error | OSError):
+            if out_of_time:
+                raise exc
+            return
+        kind = _dsn.connect_failure(exc)
+        if kind == "permanent" or (kind == "refused" and not self._connects):
+            raise _dsn.connect_error(exc, self._conninfo) from exc
+        if out_of_time:
+            timeout_s = self._connect_timeout_s
+            raise _dsn.connect_error(exc, self._conninfo, timeout_s=timeout_s) from exc
 
     async def _release(self, conn: C) -> None:
         if not self._closed and not conn.closed and conn.transaction_status == _IDLE:

@@ -1,0 +1,176 @@
+"""``alkstore-trio enqueue``: enqueue one job, its payload and headers checked before
+anything is opened (a bad one is a usage error that never echoes a value)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from .._core import _validate as v
+from .._errors import InvalidArgument
+from ._args import EXIT_OK, int_in, queue_name, signed_seconds
+from ._operator import add_command, operator_store
+from ._output import say
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
+) -> None:
+    """Add ``enqueue``."""
+    enqueue = add_command(
+        commands,
+        env,
+        "enqueue",
+        run,
+        title="enqueue",
+        help="enqueue one job (payload from --payload-json or --payload-file)",
+        description=(
+            "Enqueue one job with the default stamps (visibility timeout 300 s, 3 "
+            "attempts, backoff base 5 s), and the headers given with --header, and print "
+            "its id."
+        ),
+        examples=[
+            """alkstore-trio enqueue --queue emails --payload-json '{"to": "ada@example.com"}'""",
+            "alkstore-trio enqueue --queue thumbnails --payload-file photo.jpg "
+            "--header tenant=acme --delay-s 60",
+            "printf 'raw bytes' | alkstore-trio enqueue --queue blobs --payload-file -",
+        ],
+    )
+    enqueue.add_argument(
+        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
+    )
+    payload = enqueue.add_mutually_exclusive_group(required=True)
+    payload.add_argument(
+        "--payload-json",
+        metavar="JSON",
+        dest="payload",
+        type=_payload_json,
+        help="the payload: a JSON text, stored as UTF-8",
+    )
+    payload.add_argument(
+        "--payload-file",
+        metavar="FILE",
+        dest="payload",
+        type=_payload_file,
+        help="the payload: the bytes of FILE (- for stdin)",
+    )
+    enqueue.add_argument(
+        "--priority",
+        metavar="N",
+        type=int_in(v.PRIORITY_MIN, v.PRIORITY_MAX),
+        default=0,
+        help="larger runs first (32-bit; default 0)",
+    )
+    enqueue.add_argument(
+        "--delay-s",
+        metavar="S",
+        type=signed_seconds,
+        default=None,
+        help="run no earlier than S seconds from now (default: now)",
+    )
+    enqueue.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=int_in(1, v.MAX_ATTEMPTS_MAX),
+        default=None,
+        help="claims before the job is dead-lettered (default 3)",
+    )
+    enqueue.add_argument(
+        "--header",
+        metavar="NAME=VALUE",
+        dest="headers",
+        action=_HeadersAction,
+        type=_header,
+        default=None,
+        help=(
+            "a header of the job: metadata kept beside the payload (split at the first "
+            "'='); repeat for more (default: none)"
+        ),
+    )
+
+
+def _payload_json(text: str) -> bytes:
+    """An argparse ``type`` for ``--payload-json``: valid JSON, stored as given (UTF-8).
+    The text is not echoed back: it may hold secrets."""
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        line, col = getattr(exc, "lineno", "?"), getattr(exc, "colno", "?")
+        raise argparse.ArgumentTypeError(
+            f"is not valid JSON (line {line}, column {col}); quote it for the shell, e.g. "
+            """--payload-json '{"to": "ada@example.com"}'"""
+        ) from None
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _payload_file(text: str) -> bytes:
+    """An argparse ``type`` for ``--payload-file``: the file's bytes (``-``: stdin)."""
+    if text == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(text, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r}: {exc.strerror or type(exc).__name__}; check the path"
+        ) from None
+
+
+def _header(text: str) -> tuple[str, str]:
+    """An argparse ``type`` for ``--header``: ``NAME=VALUE``, split at the first ``=``.
+    The text is not echoed back: a header's value may be a secret."""
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(
+            "expected NAME=VALUE (split at the first '='), e.g. --header tenant=acme"
+        )
+    if not name:
+        raise argparse.ArgumentTypeError(
+            "the header name before '=' is empty; expected NAME=VALUE, e.g. --header tenant=acme"
+        )
+    return name, value
+
+
+class _HeadersAction(argparse.Action):
+    """``--header``, repeatable: collects the headers into one dict (the option's value),
+    refusing a name given twice and whatever ``Queue.enqueue(headers=...)`` would (D30),
+    so a bad header is a usage error with nothing opened."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, tuple)
+        name, value = values
+        headers = dict(getattr(namespace, self.dest) or {})
+        if name in headers:
+            raise argparse.ArgumentError(
+                self, f"header {name!r} is given twice; give each header name once"
+            )
+        headers[name] = value
+        try:
+            v.check_headers(headers)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, headers)
+
+
+async def run(args: argparse.Namespace) -> int:
+    async with operator_store(args) as store:
+        job_id = await store.queue(args.queue).enqueue(
+            args.payload,
+            priority=args.priority,
+            delay_s=args.delay_s,
+            max_attempts=args.max_attempts,
+            headers=args.headers,
+        )
+    say(str(job_id))
+    return EXIT_OK
