@@ -24,7 +24,16 @@ import pytest
 import trio
 from _figures import history_figures
 
-from alkstore_trio import Fail, Job, QueueOpts, Worker, open_store
+from alkstore_trio import (
+    AlkstoreError,
+    EngineError,
+    Fail,
+    Job,
+    QueueOpts,
+    SchemaError,
+    Worker,
+    open_store,
+)
 from alkstore_trio.testing import HistoryRecorder, read_final_state
 
 psycopg = pytest.importorskip("psycopg", reason="the role tests need psycopg 3")
@@ -208,3 +217,16 @@ async def test_security_runtime_role_with_dml_only_runs_a_worker_migration_role_
     assert sorted(ran) == sorted(ids)
     print(f"\nruntime role (DML only): worker ran {len(ids)} jobs; history: {report.summary()}")
     figures.record(ddl_refused=4, events_checked=len(recorder.events), **history_figures(report))
+
+
+async def test_security_a_role_without_grants_is_told_why_the_store_cannot_open(roles):
+    # The migration role migrated the schema, but granted the runtime role nothing: the
+    # schema check is refused by the server, and the error names that cause (it said
+    # only "OperationalError"-style class names before), without the DSN's password.
+    async with open_store(roles.owner_dsn, schema=roles.schema, migrate="apply"):
+        pass
+    with pytest.raises(AlkstoreError) as caught:
+        async with open_store(roles.runtime_dsn, schema=roles.schema):
+            pass  # pragma: no cover
+    assert "permission denied" in str(caught.value)
+    assert isinstance(caught.value, EngineError | SchemaError)

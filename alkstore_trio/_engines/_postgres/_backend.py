@@ -40,7 +40,7 @@ from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
 from . import _driver, _pool, _schema, _sql
-from ._dsn import redact_dsn
+from ._dsn import describe, redact_dsn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -413,8 +413,9 @@ class PostgresEngine:
                     else:
                         await _schema.check(conn, self._schema, dsn_hint=self._conninfo.redacted)
             except psycopg.Error as exc:
+                cause = describe(exc, self._conninfo.value)
                 raise EngineError(
-                    f"cannot open the store on {self._conninfo.redacted}: {type(exc).__name__}"
+                    f"cannot open the store on {self._conninfo.redacted}: {cause}"
                 ) from exc
             self._pool = pool
             async with open_background_nursery() as nursery:
