@@ -633,13 +633,11 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
     assert fused_main == (
         f"SELECT acked.id, {nulls} FROM acked UNION ALL SELECT NULL, claimed.* FROM claimed"
     )
-    (counts,) = [
-        slots
-        for fragment, slots in _sql.library().uses["ack_claims_and_claim"]
-        if fragment == "count_moves"
-    ]
-    assert counts["acked"] == "(SELECT count(*) FROM acked)"
-    assert counts["dead_lettered"] == "(SELECT count(*) FROM swept)"
+    upsert_source = fused["counted"].split(" FROM ", 1)[1]
+    assert upsert_source.startswith(
+        "(SELECT count(*) AS n FROM acked) AS a "
+        "CROSS JOIN (SELECT count(*) AS n FROM swept) AS d WHERE a.n + d.n > 0 "
+    )
 
 
 #: D27: the statements that move jobs out of the live table, and the counter each adds
@@ -660,22 +658,29 @@ COUNTING_QUERIES = {
 _COUNTER_UPSERT = re.compile(
     r"INSERT INTO \S+\.queue_counters AS c \(queue, shard, acked, dead_lettered, cancelled\) "
     r"SELECT %\(queue\)s::text, pg_catalog\.mod\(pg_catalog\.pg_backend_pid\(\), 64\), "
-    r"m\.acked, m\.dead_lettered, m\.cancelled "
-    r"FROM \( SELECT (.*) AS acked, (.*) AS dead_lettered, (.*) AS cancelled \) AS m "
-    r"WHERE m\.acked \+ m\.dead_lettered \+ m\.cancelled > 0 "
+    r"(\S+), (\S+), (\S+) FROM (.*) "
     r"ON CONFLICT \(queue, shard\) DO UPDATE SET "
     r"acked = c\.acked \+ EXCLUDED\.acked, "
     r"dead_lettered = c\.dead_lettered \+ EXCLUDED\.dead_lettered, "
     r"cancelled = c\.cancelled \+ EXCLUDED\.cancelled"
 )
-_COUNT_OF_CTE = re.compile(r"\(SELECT count\(\*\) FROM (\w+)\)")
+#: The rows a counter upsert selects from: the CTE of the one row a statement moves (a
+#: count of 1), or one row of counts of the rows of CTEs, present only when some moved.
+_ONE_ROW = re.compile(r"(\w+)")
+_COUNTS = re.compile(
+    r"\(SELECT count\(\*\) AS n FROM (\w+)\) AS (\w)"
+    r"(?: CROSS JOIN \(SELECT count\(\*\) AS n FROM (\w+)\) AS (\w))? WHERE (.*) > 0"
+)
+#: The statements that move at most one job (by id and claim token, or by id).
+SINGLE_ROW_QUERIES = {"ack", "retry", "fail", "cancel"}
 
 
 @pytest.mark.parametrize("name", QUERY_NAMES)
 def test_d27_exactly_the_statements_that_move_jobs_out_count_them(name: str):
     # One upsert per statement (the count_moves fragment), into this session's shard of
-    # its queue, adding to the counters of the moves it makes (the count of the rows of
-    # one of its CTEs) and 0 to the others; counting nothing when nothing moved.
+    # its queue, adding to the counters of the moves it makes and 0 to the others;
+    # counting nothing when nothing moved: a row per moved job where at most one moves,
+    # else one row of counts (never a row per job: the upsert would hit its row twice).
     query = " ".join(_sql.queries("alkstore")[name].split())
     counts = [slots for fragment, slots in _sql.library().uses[name] if fragment == "count_moves"]
     if name not in COUNTING_QUERIES:
@@ -686,11 +691,21 @@ def test_d27_exactly_the_statements_that_move_jobs_out_count_them(name: str):
     assert query.count("queue_counters") == 1, name
     upsert = _COUNTER_UPSERT.fullmatch(ctes["counted"])
     assert upsert is not None, ctes["counted"]
-    added = dict(zip(("acked", "dead_lettered", "cancelled"), upsert.groups(), strict=True))
+    added = dict(zip(("acked", "dead_lettered", "cancelled"), upsert.groups()[:3], strict=True))
     assert {column for column, count in added.items() if count != "0"} == COUNTING_QUERIES[name]
-    for count in added.values():
-        source = _COUNT_OF_CTE.fullmatch(count)
-        assert count == "0" or (source is not None and source[1] in ctes), (name, count)
+    source = upsert[4]
+    if name in SINGLE_ROW_QUERIES:
+        assert _ONE_ROW.fullmatch(source) is not None, source
+        assert source in ctes, source
+        assert sorted(added.values()) == ["0", "0", "1"], added
+        return
+    counted = _COUNTS.fullmatch(source)
+    assert counted is not None, source
+    cte_a, alias_a, cte_b, alias_b, total = counted.groups()
+    aliases = {alias_a: cte_a} if cte_b is None else {alias_a: cte_a, alias_b: cte_b}
+    assert set(aliases.values()) <= set(ctes), source
+    assert total == " + ".join(f"{alias}.n" for alias in aliases), source
+    assert sorted(c for c in added.values() if c != "0") == sorted(f"{a}.n" for a in aliases)
 
 
 def test_d22_explain_stats_reads_only_the_partial_indexes(

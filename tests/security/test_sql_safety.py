@@ -292,16 +292,16 @@ SQL_BUILTINS = {
     "check",
 }
 SQL_WORDS = {"AS", "AND", "OR", "NOT", "MATERIALIZED", "USING", "ON", "FROM", "SELECT", "IN", "OF"}
-SQL_WORDS |= {"LATERAL", "FILTER", "TRUE", "CONFLICT", "SET", "KEY", "WITH"}
+SQL_WORDS |= {"LATERAL", "FILTER", "TRUE", "CONFLICT", "SET", "KEY", "WITH", "JOIN"}
 
 
 def _strip_comments(text: str) -> str:
     return re.sub(r"--[^\n]*", "", text)
 
 
-@pytest.mark.parametrize(("name", "text"), SQL_TEXTS, ids=[name for name, _ in SQL_TEXTS])
+@pytest.mark.parametrize(("sql_file", "text"), SQL_TEXTS, ids=[name for name, _ in SQL_TEXTS])
 def test_security_sql_files_use_only_the_schema_placeholder_and_bound_parameters(
-    name, text, figures
+    sql_file, text, figures
 ):
     text = _strip_comments(text)
     assert set(SQL_PLACEHOLDER.findall(text)) <= {"schema"}
@@ -310,8 +310,8 @@ def test_security_sql_files_use_only_the_schema_placeholder_and_bound_parameters
     figures.record(sql_files=1)
 
 
-@pytest.mark.parametrize(("name", "text"), SQL_TEXTS, ids=[name for name, _ in SQL_TEXTS])
-def test_security_every_object_in_the_sql_files_is_schema_qualified(name, text, figures):
+@pytest.mark.parametrize(("sql_file", "text"), SQL_TEXTS, ids=[name for name, _ in SQL_TEXTS])
+def test_security_every_object_in_the_sql_files_is_schema_qualified(sql_file, text, figures):
     text = _strip_comments(text)
     local = {name.lower() for name in SQL_CTE.findall(text)}
     unqualified = []
@@ -334,7 +334,7 @@ def test_security_every_object_in_the_sql_files_is_schema_qualified(name, text, 
         if name.lower() in local or name.lower() in ("c", "p", "j", "t"):
             continue  # CTE and alias column lists: "inserted (id)", "c (n)"
         unqualified.append(name + "(")
-    assert unqualified == [], f"unqualified names in {name}: {unqualified}"
+    assert unqualified == [], f"unqualified names in {sql_file}: {unqualified}"
     figures.record(
         sql_files=1,
         names_checked=len(SQL_RELATION.findall(text)) + len(SQL_CALL.findall(text)),

@@ -81,23 +81,25 @@ SELECT
 FROM {moved}
 RETURNING id
 
--- fragment: count_moves(acked = 0, dead_lettered = 0, cancelled = 0)
--- D27: add the statement's moves (each slot a count: a bigint expression, 0 when the
--- statement makes no such move) to its queue's counter row for this session's shard
+-- fragment: count_moves(moves, acked = 0, dead_lettered = 0, cancelled = 0)
+-- D27: add the statement's moves to its queue's counter row for this session's shard
 -- (pg_backend_pid() mod 64) in queue_counters; nothing is written when nothing moved.
+-- `moves` is what the counts are selected from: for a statement that moves at most one
+-- job, the CTE of the moved row, with a count of 1 (`moves = acked, acked = 1`); else one
+-- row of counts that exists only when something moved (`moves = (SELECT count(*) AS n
+-- FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n`). Never one row per job of a
+-- batch: a statement may update the counter row only once. (Counts as scalar
+-- subqueries in the select list, or a count where a row is enough, made the hot
+-- statements measurably slower to plan.)
 -- The counts read the moved rows, so the upsert locks its one counter row only after the
 -- statement holds every job row it moves (no lock-order cycle with another statement),
 -- and keeps that lock until the commit. Sessions whose backends share a shard then
--- commit one after the other; the others never wait for each other. One upsert per
--- statement: a statement may update a row only once.
+-- commit one after the other; the others never wait for each other.
 INSERT INTO @schema@.queue_counters AS c (queue, shard, acked, dead_lettered, cancelled)
 SELECT
-    %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), m.acked,
-    m.dead_lettered, m.cancelled
-FROM (
-    SELECT {acked} AS acked, {dead_lettered} AS dead_lettered, {cancelled} AS cancelled
-) AS m
-WHERE m.acked + m.dead_lettered + m.cancelled > 0
+    %(queue)s::text, pg_catalog.mod(pg_catalog.pg_backend_pid(), 64), {acked},
+    {dead_lettered}, {cancelled}
+FROM {moves}
 ON CONFLICT (queue, shard) DO UPDATE SET
     acked = c.acked + EXCLUDED.acked,
     dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered,
@@ -224,7 +226,9 @@ FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
 -- one statement (one transaction).
 WITH {claim_candidates},
 counted AS (
-    {count_moves(dead_lettered = (SELECT count(*) FROM swept))}
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM swept) AS m WHERE m.n > 0, dead_lettered = m.n
+    )}
 )
 {claim_update};
 
@@ -261,7 +265,7 @@ WITH acked AS (
     RETURNING id
 ),
 counted AS (
-    {count_moves(acked = (SELECT count(*) FROM acked))}
+    {count_moves(moves = acked, acked = 1)}
 )
 SELECT id FROM acked;
 
@@ -285,7 +289,7 @@ dead AS (
     {dead_letter(moved = moved, last_error = coalesce(%(error)s::text, 'max attempts exceeded'))}
 ),
 counted AS (
-    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
+    {count_moves(moves = dead, dead_lettered = 1)}
 ),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
@@ -314,7 +318,7 @@ dead AS (
     {dead_letter(moved = moved, last_error = %(error)s::text)}
 ),
 counted AS (
-    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
+    {count_moves(moves = dead, dead_lettered = 1)}
 )
 SELECT id FROM dead;
 
@@ -328,7 +332,9 @@ WITH deleted AS (
     RETURNING 1
 ),
 counted AS (
-    {count_moves(acked = (SELECT count(*) FROM deleted))}
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM deleted) AS m WHERE m.n > 0, acked = m.n
+    )}
 )
 SELECT count(*) FROM deleted;
 
@@ -339,7 +345,9 @@ WITH acked AS (
     {ack_claims_delete}
 ),
 counted AS (
-    {count_moves(acked = (SELECT count(*) FROM acked))}
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM acked) AS m WHERE m.n > 0, acked = m.n
+    )}
 )
 SELECT id FROM acked;
 
@@ -361,7 +369,11 @@ WITH acked AS (
 {claim_candidates},
 counted AS (
     {count_moves(
-        acked = (SELECT count(*) FROM acked), dead_lettered = (SELECT count(*) FROM swept)
+        moves = (SELECT count(*) AS n FROM acked) AS a
+            CROSS JOIN (SELECT count(*) AS n FROM swept) AS d
+            WHERE a.n + d.n > 0,
+        acked = a.n,
+        dead_lettered = d.n
     )}
 ),
 claimed AS (
@@ -410,7 +422,9 @@ dead AS (
     {dead_letter(moved = moved, last_error = coalesce(error, 'max attempts exceeded'))}
 ),
 counted AS (
-    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n
+    )}
 ),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
@@ -455,7 +469,9 @@ dead AS (
     {dead_letter(moved = moved, last_error = error)}
 ),
 counted AS (
-    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n
+    )}
 )
 SELECT moved.ord FROM moved JOIN dead USING (id);
 
@@ -466,7 +482,7 @@ WITH cancelled AS (
     RETURNING id
 ),
 counted AS (
-    {count_moves(cancelled = (SELECT count(*) FROM cancelled))}
+    {count_moves(moves = cancelled, cancelled = 1)}
 )
 SELECT id FROM cancelled;
 
@@ -493,7 +509,9 @@ dead AS (
     {dead_letter(moved = expired, last_error = 'expired')}
 ),
 counted AS (
-    {count_moves(dead_lettered = (SELECT count(*) FROM dead))}
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n
+    )}
 ),
 purged AS (
     DELETE FROM @schema@.dead_jobs
