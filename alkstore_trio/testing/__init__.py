@@ -3,7 +3,7 @@
 - :class:`ManualClock`: a clock that moves only when told to; :class:`TrioClock`: one
   that follows trio's (mock) clock, for workers under ``MockClock``.
 - :class:`EngineHarness` / :class:`MemoryHarness`: how the suites drive one engine.
-- :func:`check_conformance` / :data:`CONFORMANCE_CHECKS`: the contract (Q1-Q12) as one
+- :func:`check_conformance` / :data:`CONFORMANCE_CHECKS`: the contract (Q1-Q13) as one
   suite every engine must pass.
 - :class:`ReferenceModel`: a naive, obviously-correct oracle of the contract.
 - :class:`HistoryRecorder` / :func:`check_history`: record workers' events and check a

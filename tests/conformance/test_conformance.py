@@ -48,7 +48,10 @@ def test_every_check_is_named_after_a_rule() -> None:
     names = [check.__name__ for check in CONFORMANCE_CHECKS]
     assert len(set(names)) == len(names), "two checks share a name"
     rules = {name.split("_", 1)[0] for name in names}
-    contract = {f"q{n}" for n in range(1, 13)}
+    # Q14 (engine instances) is a property of open_store, not of one engine: it is
+    # pinned by test_third_party_engine.py and by every PostgreSQL run of the suite,
+    # whose harness opens its stores as open_store(PostgresEngine(...)).
+    contract = {f"q{n}" for n in range(1, 14)}
     assert contract <= rules, f"contract rules covered: {sorted(rules & contract)}"
     # The rest pin decisions where the contract is silent (decisions-foundation.md).
     assert all(rule[0] == "d" and rule[1:].isdigit() for rule in rules - contract), sorted(rules)
@@ -196,19 +199,19 @@ class _CancelAsAckHarness(_BrokenHarness):
                 "q4_late_heartbeat_is_refused",
                 "q4_heartbeat_does_not_consume_the_handle",
                 "q6_ack_batch_deletes_only_valid_claims_of_this_queue",
-                "q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
-                "q4_retry_handles_retries_valid_claims_and_refuses_stale_ones",
-                "q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
+                "q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
+                "q13_retry_handles_retries_valid_claims_and_refuses_stale_ones",
+                "q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
             },
             id="deadline-blind",
         ),
         pytest.param(
             _TokenBlindHarness,
             {
-                "q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones",
-                "q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
-                "q4_retry_handles_retries_valid_claims_and_refuses_stale_ones",
-                "q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
+                "q13_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones",
+                "q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones",
+                "q13_retry_handles_retries_valid_claims_and_refuses_stale_ones",
+                "q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
             },
             id="token-blind",
         ),

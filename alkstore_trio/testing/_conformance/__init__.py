@@ -1,4 +1,4 @@
-"""The conformance suite: the queue contract (rules Q1-Q12) as checks any engine must pass.
+"""The conformance suite: the queue contract (rules Q1-Q13) as checks any engine must pass.
 
 Why a suite of plain async functions rather than a pytest module: the contract binds every
 engine, including engines written outside this repository, so the checks must run anywhere
@@ -97,21 +97,6 @@ from .q3_claim import (
     q3_reclaimed_holder_is_refused_and_the_row_untouched,
     q3_worker_id_must_be_a_non_empty_str,
 )
-from .q4_ack_handles import (
-    q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
-    q4_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n,
-    q4_ack_handles_and_claim_claims_after_the_acks_took_effect,
-    q4_ack_handles_and_claim_rejects_bad_arguments_without_effect,
-    q4_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch,
-    q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
-)
-from .q4_heartbeat_retry_fail_handles import (
-    q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
-    q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
-    q4_retry_and_fail_handles_reject_bad_items_without_effect,
-    q4_retry_handles_dead_letters_claims_on_their_last_attempt,
-    q4_retry_handles_retries_valid_claims_and_refuses_stale_ones,
-)
 from .q4_settle import (
     q4_ack_deletes_the_row,
     q4_ack_retry_fail_are_one_shot,
@@ -180,6 +165,21 @@ from .q12_errors import (
     q12_messages_name_the_parameter_and_the_value,
     q12_messages_never_contain_the_payload,
 )
+from .q13_ack_handles import (
+    q13_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
+    q13_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n,
+    q13_ack_handles_and_claim_claims_after_the_acks_took_effect,
+    q13_ack_handles_and_claim_rejects_bad_arguments_without_effect,
+    q13_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch,
+    q13_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
+)
+from .q13_heartbeat_retry_fail_handles import (
+    q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
+    q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
+    q13_retry_and_fail_handles_reject_bad_items_without_effect,
+    q13_retry_handles_dead_letters_claims_on_their_last_attempt,
+    q13_retry_handles_retries_valid_claims_and_refuses_stale_ones,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -240,17 +240,17 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q4_ack_retry_fail_are_one_shot,
     q4_heartbeat_does_not_consume_the_handle,
     q4_dead_letter_moves_are_atomic,
-    q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
-    q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
-    q4_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n,
-    q4_ack_handles_and_claim_claims_after_the_acks_took_effect,
-    q4_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch,
-    q4_ack_handles_and_claim_rejects_bad_arguments_without_effect,
-    q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
-    q4_retry_handles_retries_valid_claims_and_refuses_stale_ones,
-    q4_retry_handles_dead_letters_claims_on_their_last_attempt,
-    q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
-    q4_retry_and_fail_handles_reject_bad_items_without_effect,
+    q13_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones,
+    q13_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect,
+    q13_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n,
+    q13_ack_handles_and_claim_claims_after_the_acks_took_effect,
+    q13_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch,
+    q13_ack_handles_and_claim_rejects_bad_arguments_without_effect,
+    q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones,
+    q13_retry_handles_retries_valid_claims_and_refuses_stale_ones,
+    q13_retry_handles_dead_letters_claims_on_their_last_attempt,
+    q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones,
+    q13_retry_and_fail_handles_reject_bad_items_without_effect,
     q5_backoff_delay_is_within_the_equal_jitter_range,
     q5_backoff_is_capped_at_one_hour,
     q5_backoff_base_zero_retries_at_once,

@@ -1,4 +1,4 @@
-"""Q4 for many handles in one call, acks: ``queue.ack_handles`` (D18) and the fused
+"""Q13, batched claim operations, acks: ``queue.ack_handles`` (D18) and the fused
 ``queue.ack_handles_and_claim`` (D21, with Q3's claim and pre-claim sweep)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 @_check
-async def q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones(
+async def q13_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones(
     harness: EngineHarness,
 ) -> None:
     """Q4/R2 (D18): ``queue.ack_handles`` acks each handle under V, token included: valid
@@ -73,7 +73,7 @@ async def q4_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones(
 
 
 @_check
-async def q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect(
+async def q13_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_effect(
     harness: EngineHarness,
 ) -> None:
     """Q4/R2 (D18): a handle of another queue or store, a non-handle or a job listed twice
@@ -112,7 +112,7 @@ async def q4_ack_handles_rejects_foreign_consumed_and_duplicate_handles_without_
 
 
 @_check
-async def q4_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n(
+async def q13_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n(
     harness: EngineHarness,
 ) -> None:
     """Q3/Q4/R2 (D21): ``queue.ack_handles_and_claim(handles, worker_id, n)`` is
@@ -179,7 +179,7 @@ async def q4_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n(
 
 
 @_check
-async def q4_ack_handles_and_claim_claims_after_the_acks_took_effect(
+async def q13_ack_handles_and_claim_claims_after_the_acks_took_effect(
     harness: EngineHarness,
 ) -> None:
     """R2 (D21): the claim part runs after the acks: an acked job is never handed out
@@ -224,7 +224,7 @@ async def q4_ack_handles_and_claim_claims_after_the_acks_took_effect(
 
 
 @_check
-async def q4_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch(
+async def q13_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch(
     harness: EngineHarness,
 ) -> None:
     """Q3/R2 (D21): with ``n >= 1`` the claim part runs the pre-claim sweep (a lapsed
@@ -275,7 +275,7 @@ async def q4_ack_handles_and_claim_runs_the_pre_claim_sweep_like_claim_batch(
 
 
 @_check
-async def q4_ack_handles_and_claim_rejects_bad_arguments_without_effect(
+async def q13_ack_handles_and_claim_rejects_bad_arguments_without_effect(
     harness: EngineHarness,
 ) -> None:
     """Q4/Q12/R2 (D21): a handle of another queue or store, a non-handle, a job listed

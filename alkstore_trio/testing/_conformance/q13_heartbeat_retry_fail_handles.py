@@ -1,4 +1,4 @@
-"""Q4 for many handles in one call, the other operations: ``queue.heartbeat_handles``
+"""Q13, batched claim operations, the others: ``queue.heartbeat_handles``
 (D19), ``queue.retry_handles`` and ``queue.fail_handles`` (D20)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ async def _assert_rows_unchanged(queue: Queue, before: dict[int, Job], what: str
 
 
 @_check
-async def q4_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
+async def q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
     harness: EngineHarness,
 ) -> None:
     """Q4/R2 (D19): ``queue.heartbeat_handles`` renews each handle's claim under V, token
@@ -151,7 +151,7 @@ async def _heartbeat_handles_reject_bad_calls(
 
 
 @_check
-async def q4_retry_handles_retries_valid_claims_and_refuses_stale_ones(
+async def q13_retry_handles_retries_valid_claims_and_refuses_stale_ones(
     harness: EngineHarness,
 ) -> None:
     """Q4/R2 (D20): ``queue.retry_handles`` applies each ``(handle, error, delay_s)`` as
@@ -281,7 +281,7 @@ async def _assert_retried_to_dead(
 
 
 @_check
-async def q4_retry_handles_dead_letters_claims_on_their_last_attempt(
+async def q13_retry_handles_dead_letters_claims_on_their_last_attempt(
     harness: EngineHarness,
 ) -> None:
     """Q4/R2 (D20): an item of ``retry_handles`` whose claim is the job's last allowed
@@ -339,7 +339,7 @@ async def q4_retry_handles_dead_letters_claims_on_their_last_attempt(
 
 
 @_check
-async def q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
+async def q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
     harness: EngineHarness,
 ) -> None:
     """Q4/R2 (D20): ``queue.fail_handles`` applies each ``(handle, error)`` as
@@ -400,7 +400,7 @@ async def q4_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
 
 
 @_check
-async def q4_retry_and_fail_handles_reject_bad_items_without_effect(
+async def q13_retry_and_fail_handles_reject_bad_items_without_effect(
     harness: EngineHarness,
 ) -> None:
     """Q4/Q12 (D20): for ``retry_handles`` and ``fail_handles``, a non-iterable, an item
