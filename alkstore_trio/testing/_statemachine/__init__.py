@@ -39,15 +39,15 @@ import hypothesis.strategies as st
 import trio
 from hypothesis import HealthCheck, event, given, note, settings
 
-from .._core import Headers, Job, JobState, QueueOpts
-from .._errors import HandleConsumed
-from ._model import ModelTransaction, ReferenceModel
+from ..._core import Headers, Job, JobState, QueueOpts
+from ..._errors import HandleConsumed
+from .._model import ModelTransaction, ReferenceModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._store import JobHandle, Queue, Store, Transaction
-    from ._harness import EngineHarness
+    from ..._store import JobHandle, Queue, Store, Transaction
+    from .._harness import EngineHarness
 
 __all__ = ["DEFAULT_QUEUES", "check_engine_against_model", "engine_vs_model_test"]
 
