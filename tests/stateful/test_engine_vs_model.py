@@ -1,5 +1,5 @@
 """The in-memory engine, driven through the public API, agrees with the reference model
-(Q1-Q10) under random operation sequences; see ``alkstore_trio.testing._statemachine``."""
+(Q1-Q10) under random operation sequences; see ``alkstore_trio.testing._statemachine`` (package)."""
 
 from __future__ import annotations
 
