@@ -1260,3 +1260,41 @@ async def test_r6_a_late_accepted_renewal_after_the_deadline_gives_the_job_back(
     assert ("ack", 2, None) in seen
     stats = worker.statistics()
     assert (stats.released, stats.acked, stats.lease_lost) == (1, 1, 0)
+
+
+async def test_item5_a_worker_frozen_past_the_lease_never_starts_the_stale_handler(
+    autojump_clock, store, monkeypatch
+):
+    """Issue 5, item 5: the worker freezes (SIGSTOP, a stalled host) just as its claim is
+    answered and resumes after the lease lapsed by its own clock. The claim's handler
+    never starts: the claim counts as lost, nothing is sent for it, and the job runs
+    once it is reclaimed."""
+    from alkstore_trio import Queue
+
+    real = Queue.claim_batch
+    frozen = []
+
+    async def answered_then_frozen(self, worker_id, n):
+        handles = await real(self, worker_id, n)
+        if handles and not frozen:
+            frozen.append(now())
+            autojump_clock.jump(31)  # no task runs between the answer and the jump
+        return handles
+
+    monkeypatch.setattr(Queue, "claim_batch", answered_then_frozen)
+    calls = count_backend_calls(store, monkeypatch, "retry_claims", "heartbeat_claims")
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder()
+    worker = Worker(store, {queue: handler}, poll_interval_s=5)
+    with worker.events(buffer=None) as events:
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().acked == 1)
+        seen = [(e.kind, e.attempt) for e in [e async for e in events] if e.job_id]
+    assert [(i, attempt) for i, attempt, _ in handler.starts] == [(job_id, 2)]
+    assert ("lease_lost", 1) in seen
+    assert ("start", 1) not in seen
+    assert seen.index(("lease_lost", 1)) < seen.index(("claim", 2))
+    stats = worker.statistics()
+    assert (stats.lease_lost, stats.started, stats.acked, stats.released) == (1, 1, 1, 0)
+    assert calls == {"retry_claims": [], "heartbeat_claims": []}  # nothing for the stale claim
