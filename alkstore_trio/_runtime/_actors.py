@@ -45,9 +45,8 @@ class Stop:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """From a job actor: its claim's handler ended (the book has its result)."""
-
-    claim: Claim
+    """From the job actors: handlers ended; their claims wait in
+    :meth:`JobActors.take_finished` (one message per wave, not one per job)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,8 +126,10 @@ class ClaimBook:
 
     Args:
         queues: The served queue names, in the worker's order (the round robin's).
-        concurrency: The most claims held at once.
+        concurrency: The most handlers running at once.
         claim_batch_max: The most jobs one claim asks for.
+        prefetch: Claims held beyond ``concurrency``, waiting for a handler slot (the
+            next batch is claimed while the current one runs).
         heartbeat_interval_s: The renewal interval, or ``None`` for a third of each
             job's visibility timeout.
     """
@@ -139,9 +141,12 @@ class ClaimBook:
         concurrency: int,
         claim_batch_max: int,
         heartbeat_interval_s: float | None,
+        prefetch: int = 0,
     ) -> None:
         self.queues: tuple[str, ...] = tuple(queues)
         self.concurrency = concurrency
+        #: The most claims held at once: running, waiting to run, or settling.
+        self.capacity = concurrency + prefetch
         self.claim_batch_max = claim_batch_max
         self.heartbeat_interval_s = heartbeat_interval_s
         #: The claims held: every state but DONE.
@@ -158,8 +163,8 @@ class ClaimBook:
 
     @property
     def free(self) -> int:
-        """Slots free for new claims."""
-        return self.concurrency - len(self.claims)
+        """Room for new claims (``capacity`` less the claims held)."""
+        return self.capacity - len(self.claims)
 
     def wants_claim(self) -> bool:
         """Whether the dispatcher should claim now: not stopping, a queue woken, a slot
@@ -357,6 +362,17 @@ class ClaimBook:
     def stop(self) -> None:
         """Stop claiming."""
         self.stopping = True
+
+    def release_unstarted(self) -> list[Claim]:
+        """Stopping: the claims whose handlers have not started (prefetched, or about to
+        start) are given back now rather than run during the grace (R7). They become
+        FINISHED with a release; the dispatcher reports and settles them, and their job
+        actors skip them."""
+        unstarted = [claim for claim in self.claims if claim.state is ClaimState.STARTING]
+        for claim in unstarted:
+            claim.state = ClaimState.FINISHED
+            claim.outcome = Outcome("release", WORKER_STOPPED, 0.0)
+        return unstarted
 
     def grace_over(self) -> list[Claim]:
         """The grace ran out: the claims whose handlers run or have yet to start become

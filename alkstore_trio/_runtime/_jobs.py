@@ -4,14 +4,25 @@ A job actor runs one claim's handler in the claim's own cancel scope, which is s
 (only the book's decisions, carried out by the dispatcher, cancel it) and carries the
 lease's deadline; it asks the book before the handler's first line whether the claim may
 still start (item 5: never once the lease ran out by the worker's clock), tells the book
-how the handler ended, and wakes the dispatcher with a :class:`~._actors.Finished`.
+how the handler ended, and leaves the claim for the dispatcher (one
+:class:`~._actors.Finished` message wakes it for every claim finished meanwhile).
+
+Why job actors are long-lived *runners*. Spawning a trio task per job (a coroutine, a
+task, its context, its exit through the nursery) cost about as much client CPU as all the
+rest of a no-op job's work. So a job actor is a runner task that takes claims from a
+memory channel, one after the other, each still in its own cancel scope with its own
+lease deadline: only the task is reused. At most ``concurrency`` runners exist (spawned
+as the load needs them), which is what bounds the handlers running at once; claims beyond
+that (``prefetch``) wait in the channel. A runner's loop is shielded: it ends when the
+worker closes the channel, after the graceful stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -25,6 +36,10 @@ if TYPE_CHECKING:
     from ._book import Claim, ClaimBook
     from ._events import Reporter
     from ._worker import Handler
+
+_FINISHED: Final = Finished()
+#: States of a claim that did not start but whose end the dispatcher must hear of.
+_TO_REPORT = frozenset({ClaimState.CANCELLING, ClaimState.LOST})
 
 
 class JobActors:
@@ -40,6 +55,51 @@ class JobActors:
         )
         self.claim_to_start_total_s = 0.0
         self.run_time_total_s = 0.0
+        self._nursery: trio.Nursery | None = None
+        self._send, self._receive = trio.open_memory_channel[tuple["Claim", "Handler"]](math.inf)
+        self._concurrency = 0
+        #: Claims whose job actor ended, for the dispatcher; whether it was told.
+        self._finished: list[Claim] = []
+        self._nudged = False
+        #: Runners spawned; those not running a job; claims sent and not yet taken.
+        self._runners = self._idle = self._queued = 0
+
+    def open(self, nursery: trio.Nursery, concurrency: int) -> None:
+        """Runners will live in ``nursery``, at most ``concurrency`` of them."""
+        self._nursery = nursery
+        self._concurrency = concurrency
+
+    def close(self) -> None:
+        """No more claims: each runner ends once the channel is empty."""
+        self._send.close()
+
+    def take_finished(self) -> list[Claim]:
+        """The claims whose job actors ended since the last call (for the dispatcher)."""
+        finished, self._finished = self._finished, []
+        self._nudged = False
+        return finished
+
+    def dispatch(self, claim: Claim, handler: Handler) -> None:
+        """Hand a claim to a runner (a new one if none is free and the limit allows)."""
+        assert self._nursery is not None
+        self._send.send_nowait((claim, handler))
+        self._queued += 1
+        if self._queued > self._idle and self._runners < self._concurrency:
+            self._runners += 1
+            self._idle += 1
+            self._nursery.start_soon(self._serve_runner, name="job runner")
+
+    async def _serve_runner(self) -> None:
+        with trio.CancelScope(shield=True):
+            while True:
+                try:
+                    claim, handler = await self._receive.receive()
+                except trio.EndOfChannel:
+                    return
+                self._queued -= 1
+                self._idle -= 1
+                await self.run_job(claim, handler)
+                self._idle += 1
 
     async def run_job(self, claim: Claim, handler: Handler) -> None:
         """R5: run the handler in the claim's own (shielded) cancel scope — if the book
@@ -49,13 +109,16 @@ class JobActors:
         ``claim.scope``."""
         assert self.inbox is not None
         book = self.book
+        if claim.state is not ClaimState.STARTING and claim.state not in _TO_REPORT:
+            return  # released unstarted by a stop: the dispatcher settles it
         scope = claim.scope
         result: Outcome | None = None
         try:
             with scope:
-                if book.start(claim, trio.current_time()):
-                    result = await self._run_handler(claim, handler)
-                elif claim.state is ClaimState.LOST:
+                now = trio.current_time()
+                if book.start(claim, now):
+                    result = await self._run_handler(claim, handler, now)
+                elif claim.state is ClaimState.LOST and now >= claim.lease_until:
                     self.reporter.log(
                         logging.WARNING,
                         "lease_lost",
@@ -70,11 +133,13 @@ class JobActors:
             # BaseException (KeyboardInterrupt) escaped the handler: result is None and
             # the book decides whether the claim is to be released or is lost.
             book.finished(claim, result, deadline_hit=scope.cancelled_caught)
-            self.inbox.send_nowait(Finished(claim))
+            self._finished.append(claim)
+            if not self._nudged:
+                self._nudged = True
+                self.inbox.send_nowait(_FINISHED)
 
-    async def _run_handler(self, claim: Claim, handler: Handler) -> Outcome:
+    async def _run_handler(self, claim: Claim, handler: Handler, start: float) -> Outcome:
         job = claim.handle.job
-        start = trio.current_time()
         self.counts["started"] += 1
         self.claim_to_start_total_s += start - claim.claimed_at
         if self.reporter.wants(logging.DEBUG):

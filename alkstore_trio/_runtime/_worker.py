@@ -133,6 +133,12 @@ class Worker:
         shutdown_grace_s: On stop, seconds running handlers may still finish (>= 0)
             before they are cancelled and their jobs released.
         claim_batch_max: The most jobs one claim asks for (>= 1).
+        prefetch: Claims held beyond ``concurrency`` (>= 0), waiting for a handler to
+            finish: the next batch is claimed (with the acks, in one statement) while
+            the current one runs, so the database's time overlaps the handlers'. Their
+            leases run while they wait (renewed like running claims, and a claim whose
+            lease ran out never starts); a stop releases them at once. 0 (the default):
+            claim only what can start at once.
         sweep_interval_s: Seconds between ``sweep_expired`` runs per queue (> 0).
         max_restarts: Restarts of the long-lived actors allowed within
             ``restart_window_s`` before the worker fails (>= 0).
@@ -157,6 +163,7 @@ class Worker:
         sweep_interval_s: float = 60.0,
         max_restarts: int = 3,
         restart_window_s: float = 60.0,
+        prefetch: int = 0,
     ) -> None:
         self._store = store
         concurrency = check_count("concurrency", concurrency, minimum=1)
@@ -181,6 +188,7 @@ class Worker:
             self._handlers,
             concurrency=concurrency,
             claim_batch_max=claim_batch_max,
+            prefetch=check_count("prefetch", prefetch, minimum=0),
             heartbeat_interval_s=heartbeat_interval_s,
         )
         self._reporter = Reporter(self._worker_id)
@@ -345,38 +353,14 @@ class Worker:
         try:
             async with open_loop_if_needed(self._handlers.values()), trio.open_nursery() as jobs:
                 self._jobs = jobs
+                self._actors.open(jobs, self._book.concurrency)
                 try:
-                    async with open_supervisor(
-                        name=f"worker {self._worker_id}",
-                        max_restarts=self._max_restarts,
-                        restart_window_s=self._restart_window_s,
-                        restart_delay_s=0.5,
-                        restart_delay_max_s=max(0.5, min(30.0, self._poll_interval_s)),
-                    ) as supervisor:
-                        self._supervisor = supervisor
-                        await supervisor.start(
-                            serve_wakes, self._store, self._queues, inbox_send, name="listener"
-                        )
-                        await supervisor.start(
-                            serve_timer,
-                            self._timers,
-                            self._poll_interval_s,
-                            inbox_send,
-                            timer_inbox,
-                            name="timer",
-                        )
-                        await supervisor.start(
-                            serve_sweeps,
-                            self._queues,
-                            self._sweep_interval_s,
-                            self._reporter,
-                            self._counts,
-                            name="sweeper",
-                        )
-                        task_status.started()
-                        await self._dispatch(inbox)
+                    await self._supervise(inbox_send, inbox, timer_inbox, task_status)
                 finally:
-                    await self._finalize(inbox)
+                    try:
+                        await self._finalize(inbox)
+                    finally:
+                        self._actors.close()
         except BaseExceptionGroup as group:
             failure = lone_exception(group)
         finally:
@@ -385,6 +369,44 @@ class Worker:
             self._reporter.close()
         if failure is not None:
             raise failure
+
+    async def _supervise(
+        self,
+        inbox_send: trio.MemorySendChannel[Message],
+        inbox: trio.MemoryReceiveChannel[Message],
+        timer_inbox: trio.MemoryReceiveChannel[TimerRequest],
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        """R1: the long-lived actors under the supervisor, the dispatcher as its body."""
+        async with open_supervisor(
+            name=f"worker {self._worker_id}",
+            max_restarts=self._max_restarts,
+            restart_window_s=self._restart_window_s,
+            restart_delay_s=0.5,
+            restart_delay_max_s=max(0.5, min(30.0, self._poll_interval_s)),
+        ) as supervisor:
+            self._supervisor = supervisor
+            await supervisor.start(
+                serve_wakes, self._store, self._queues, inbox_send, name="listener"
+            )
+            await supervisor.start(
+                serve_timer,
+                self._timers,
+                self._poll_interval_s,
+                inbox_send,
+                timer_inbox,
+                name="timer",
+            )
+            await supervisor.start(
+                serve_sweeps,
+                self._queues,
+                self._sweep_interval_s,
+                self._reporter,
+                self._counts,
+                name="sweeper",
+            )
+            task_status.started()
+            await self._dispatch(inbox)
 
     # --- the dispatcher --------------------------------------------------------------
 
@@ -446,9 +468,7 @@ class Worker:
             job = claim.handle.job
             if debug:
                 self._log(logging.DEBUG, "claim", job, "claimed job %d", job.id)
-            self._jobs.start_soon(
-                self._actors.run_job, claim, handler, name=f"job {queue}/{job.id}"
-            )
+            self._actors.dispatch(claim, handler)
         # R6: a claim's heartbeat actor starts once its handler has run for one interval
         # (most handlers finish sooner and never need one).
         for interval, due in _heartbeat_groups(claims).items():
@@ -528,7 +548,7 @@ class Worker:
         message: Message = first
         while True:
             if isinstance(message, Finished):
-                finished.append(message.claim)
+                finished.extend(self._actors.take_finished())
             elif isinstance(message, HeartbeatRequest):
                 requests.append(message)
             else:
@@ -662,6 +682,10 @@ class Worker:
                         self._shutdown_grace_s,
                         len(book.claims),
                     )
+                # R7: what has not started is given back now, not run during the grace.
+                unstarted = book.release_unstarted()
+                if unstarted:
+                    await self._apply_outcomes(unstarted)
                 grace_deadline = min(
                     trio.current_time() + self._shutdown_grace_s, self._grace_deadline
                 )
