@@ -19,7 +19,7 @@ from .._errors import EngineError
 from ._events import describe
 
 if TYPE_CHECKING:
-    from .._store import Queue, Store
+    from .._store import JobHandle, Queue, Store
     from ._book import Claim
     from ._events import Reporter
 
@@ -50,6 +50,17 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class Claimed:
+    """From a pipelined claim task: its answer (``handles``), or the error it met."""
+
+    queue: str
+    asked: int
+    sent_at: float
+    handles: list[JobHandle] | None
+    error: EngineError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
     """From a heartbeat actor: renew this claim, then set ``done``."""
 
@@ -65,7 +76,7 @@ class HeartbeatsDue:
     claims: tuple[Claim, ...]
 
 
-Message: TypeAlias = "Wake | Tick | Stop | Finished | HeartbeatRequest | HeartbeatsDue"
+Message: TypeAlias = "Wake | Tick | Stop | Finished | Claimed | HeartbeatRequest | HeartbeatsDue"
 #: What the dispatcher asks the timer for: a tick at a trio time (a delayed job becomes
 #: due), or a :class:`HeartbeatsDue` message at a trio time.
 TimerRequest: TypeAlias = "tuple[float, HeartbeatsDue | None]"

@@ -147,6 +147,11 @@ class ClaimBook:
         self.concurrency = concurrency
         #: The most claims held at once: running, waiting to run, or settling.
         self.capacity = concurrency + prefetch
+        #: Pipelined (prefetch > 0): a claim statement runs beside the outcome statements
+        #: instead of being fused with the acks; the queue it is out for and its size.
+        self.pipelined = prefetch > 0
+        self.claim_in_flight: str | None = None
+        self._reserved = 0
         self.claim_batch_max = claim_batch_max
         self.heartbeat_interval_s = heartbeat_interval_s
         #: The claims held: every state but DONE.
@@ -163,8 +168,8 @@ class ClaimBook:
 
     @property
     def free(self) -> int:
-        """Room for new claims (``capacity`` less the claims held)."""
-        return self.capacity - len(self.claims)
+        """Room for new claims (``capacity`` less the claims held or being claimed)."""
+        return self.capacity - len(self.claims) - self._reserved
 
     def wants_claim(self) -> bool:
         """Whether the dispatcher should claim now: not stopping, a queue woken, a slot
@@ -187,13 +192,36 @@ class ClaimBook:
             return 0
         return min(free, self.claim_batch_max)
 
+    def next_pipelined_claim(self) -> tuple[str, int] | None:
+        """Pipelined: the claim to send now beside whatever else is in flight — from the
+        next woken queue in round-robin order, ``min(room, claim_batch_max)`` — or
+        ``None`` (one is out already, no room, nothing woken, or stopping). The room it
+        takes is reserved until :meth:`claim_answered`."""
+        if not self.pipelined or self.claim_in_flight is not None or not self.wants_claim():
+            return None
+        for queue in self.claim_round():
+            n = self.claim_size(queue)
+            if n is None:
+                return None
+            if n:
+                self.claim_in_flight = queue
+                self._reserved = n
+                return queue, n
+        return None
+
+    def claim_answered(self) -> None:
+        """The pipelined claim returned (or failed): its reservation ends (the claims it
+        brought are entered with :meth:`claimed`)."""
+        self.claim_in_flight = None
+        self._reserved = 0
+
     def fused_claim_size(self, queue: str, acks: int) -> int:
         """How many to claim from ``queue`` with ``acks`` of its acks (D21, R-D7): its
         fair share of the slots free once they are acked, divided among the woken queues
         so a deep queue cannot starve the others; 0: send the acks alone (stopping, the
-        queue is idle, or no slot would be free)."""
+        queue is idle, no slot would be free, or pipelined: the claim goes beside)."""
         free = self.free + acks
-        if self.stopping or queue not in self.woken or free <= 0:
+        if self.pipelined or self.stopping or queue not in self.woken or free <= 0:
             return 0
         return min(-(-free // len(self.woken)), self.claim_batch_max)
 

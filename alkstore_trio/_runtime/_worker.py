@@ -50,6 +50,7 @@ from .._core import _validate as v
 from .._errors import EngineError
 from .._util import lone_exception
 from ._actors import (
+    Claimed,
     Finished,
     HeartbeatRequest,
     HeartbeatsDue,
@@ -413,10 +414,47 @@ class Worker:
     async def _dispatch(self, inbox: trio.MemoryReceiveChannel[Message]) -> None:
         """R2: the only task sending statements about claims. Runs until a stop."""
         book = self._book
-        while not book.stopping:
-            await self._claim()
-            message = await inbox.receive()
-            await self._handle(message, inbox)
+        if not book.pipelined:
+            while not book.stopping:
+                await self._claim()
+                await self._handle(await inbox.receive(), inbox)
+            return
+        # Pipelined (prefetch): a claim statement is in flight, on a connection of its
+        # own, while the dispatcher goes on applying outcomes; its answer is a message.
+        async with trio.open_nursery() as claims:
+            while not book.stopping:
+                self._send_pipelined_claim(claims)
+                await self._handle(await inbox.receive(), inbox)
+
+    def _send_pipelined_claim(self, nursery: trio.Nursery) -> None:
+        next_claim = self._book.next_pipelined_claim()
+        if next_claim is not None:
+            nursery.start_soon(self._claim_task, *next_claim)
+
+    async def _claim_task(self, name: str, n: int) -> None:
+        """Pipelined: one claim statement; the answer goes to the dispatcher's inbox."""
+        assert self._inbox is not None
+        sent_at = trio.current_time()
+        try:
+            handles = await self._queue_by_name[name].claim_batch(self._worker_id, n)
+        except EngineError as exc:
+            self._inbox.send_nowait(Claimed(name, n, sent_at, None, exc))
+        else:
+            self._inbox.send_nowait(Claimed(name, n, sent_at, handles))
+
+    async def _on_claimed(self, message: Claimed) -> None:
+        book = self._book
+        book.claim_answered()
+        if message.handles is None:
+            assert message.error is not None
+            # R8: try again on the next wake or tick (the cap of the backoff).
+            book.claim_failed(message.queue)
+            self._engine_error("claim", None, message.error, queue=message.queue)
+            return
+        self._start_jobs(message.queue, message.handles, message.asked, message.sent_at)
+        if book.stopping:
+            # Answered after the stop: given back at once, never run (R7).
+            await self._apply_outcomes(book.release_unstarted())
 
     async def _handle(self, message: Message, inbox: trio.MemoryReceiveChannel[Message]) -> None:
         if coalesced(message):
@@ -427,6 +465,8 @@ class Worker:
             await self._apply_groups(self._book.tick())
         elif isinstance(message, HeartbeatsDue):
             await self._start_heartbeats(message.claims)
+        elif isinstance(message, Claimed):
+            await self._on_claimed(message)
         # Stop: the loops check self._book.stopping
 
     async def _claim(self) -> None:
@@ -682,6 +722,8 @@ class Worker:
                         self._shutdown_grace_s,
                         len(book.claims),
                     )
+                # A pipelined claim answered as the dispatcher stopped: enter it first.
+                await self._handle_waiting(inbox)
                 # R7: what has not started is given back now, not run during the grace.
                 unstarted = book.release_unstarted()
                 if unstarted:
@@ -707,6 +749,15 @@ class Worker:
                 "workers will reclaim them",
                 len(book.claims),
             )
+
+    async def _handle_waiting(self, inbox: trio.MemoryReceiveChannel[Message]) -> None:
+        """Handle the messages waiting in the inbox now."""
+        while True:
+            try:
+                message = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            await self._handle(message, inbox)
 
     async def _serve_until_idle(self, inbox: trio.MemoryReceiveChannel[Message]) -> None:
         """Handle messages (no claiming) until no claim is in flight. Outcomes whose

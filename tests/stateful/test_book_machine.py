@@ -49,12 +49,17 @@ RESULTS = st.sampled_from(
 
 class BookMachine(RuleBasedStateMachine):
     claims = Bundle("claims")
+    prefetch = 0
 
     def __init__(self) -> None:
         super().__init__()
         self.concurrency = 4
         self.book = ClaimBook(
-            QUEUES, concurrency=self.concurrency, claim_batch_max=3, heartbeat_interval_s=None
+            QUEUES,
+            concurrency=self.concurrency,
+            claim_batch_max=3,
+            heartbeat_interval_s=None,
+            prefetch=self.prefetch,
         )
         self.now = 0.0
         self.next_id = 1
@@ -87,6 +92,21 @@ class BookMachine(RuleBasedStateMachine):
             self.now += 31.0  # frozen between sending the claim and its answer
         handles = self._handles(queue, min(got, n))
         return list(self.book.claimed(queue, handles, n, sent_at=sent_at, now=self.now))
+
+    @rule(target=claims, got=st.integers(0, 3), failed=st.booleans())
+    def pipelined_claim(self, got, failed):
+        sent = self.book.next_pipelined_claim()
+        if sent is None:
+            return []
+        assert self.book.next_pipelined_claim() is None  # one in flight at a time
+        queue, n = sent
+        assert n <= self.book.claim_batch_max
+        self.book.claim_answered()
+        if failed:
+            self.book.claim_failed(queue)
+            return []
+        handles = self._handles(queue, min(got, n))
+        return list(self.book.claimed(queue, handles, n, sent_at=self.now, now=self.now))
 
     @rule(queue=st.sampled_from(QUEUES))
     def wake(self, queue):
@@ -182,7 +202,7 @@ class BookMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_concurrency_limit_holds(self):
-        assert len(self.book.claims) <= self.concurrency
+        assert len(self.book.claims) <= self.concurrency + self.prefetch
 
     @invariant()
     def held_claims_are_not_done(self):
@@ -207,3 +227,13 @@ class BookMachine(RuleBasedStateMachine):
 
 BookMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
 TestBookMachine = BookMachine.TestCase
+
+
+class PrefetchBookMachine(BookMachine):
+    """The same, with prefetch: claims beyond concurrency, one pipelined claim at a time."""
+
+    prefetch = 2
+
+
+PrefetchBookMachine.TestCase.settings = BookMachine.TestCase.settings
+TestPrefetchBookMachine = PrefetchBookMachine.TestCase
