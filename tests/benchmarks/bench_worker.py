@@ -39,6 +39,12 @@ Peers. When a separate virtualenv with pgqueuer and procrastinate exists
 runs under it (their burn-down and idle pickup latency, in databases of their own) and
 its rows join the tables; otherwise the peers are skipped with a line saying so.
 
+Before/after. ``--ab REF[,REF…]`` adds, for each git commit ``REF`` of this repository,
+the one-process Worker variants run on that commit's code (checked out once into
+``/tmp/alkstore-bench-ab-<REF>`` as a detached worktree; the child gets it on
+``PYTHONPATH``), so old and new code alternate round by round in one run (the variants
+rotate each round) — the way to measure a change on a shared, noisy machine.
+
 Every variant gets a fresh schema (dropped afterwards), and every run is checked: each
 consumer acked exactly the jobs it claimed (no retry, no lost lease), the acks add up to
 the jobs enqueued, and the table is empty at the end.
@@ -57,6 +63,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import os
 import random
 import resource
 import select
@@ -143,7 +150,12 @@ def _emit(line: str) -> None:
 
 
 async def _child_worker(
-    schema: str, concurrency: int, batch: int, latency: bool, poll_interval_s: float
+    schema: str,
+    concurrency: int,
+    batch: int,
+    latency: bool,
+    poll_interval_s: float,
+    prefetch: int = 0,
 ) -> None:
     async def noop(job: alkstore_trio.Job) -> None:
         pass
@@ -162,6 +174,8 @@ async def _child_worker(
             claim_batch_max=batch,
             poll_interval_s=poll_interval_s,
             shutdown_grace_s=5.0,
+            # Only when asked: the code of an --ab commit may not know the option.
+            **({"prefetch": prefetch} if prefetch else {}),
         )
         _emit("ready")
         await trio.to_thread.run_sync(sys.stdin.readline)
@@ -366,8 +380,17 @@ async def _child_producer(
 def child_main(argv: list[str]) -> None:
     kind, schema, *rest = argv
     if kind == "worker":
-        concurrency, batch, latency, poll = rest
-        trio.run(_child_worker, schema, int(concurrency), int(batch), latency == "1", float(poll))
+        concurrency, batch, latency, poll, *more = rest
+        prefetch = int(more[0]) if more else 0
+        trio.run(
+            _child_worker,
+            schema,
+            int(concurrency),
+            int(batch),
+            latency == "1",
+            float(poll),
+            prefetch,
+        )
     elif kind == "raw":
         how, batch, listen, latency = rest
         _child_raw(schema, how, int(batch), listen == "1", latency == "1")
@@ -381,9 +404,13 @@ def child_main(argv: list[str]) -> None:
 class Child:
     """A child process of this file, its stdout read by a thread."""
 
-    def __init__(self, *args: object) -> None:
+    def __init__(self, *args: object, pythonpath: str | None = None) -> None:
+        env = None
+        if pythonpath is not None:
+            env = {**os.environ, "PYTHONPATH": pythonpath}
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--child", *map(str, args)],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -451,8 +478,8 @@ class Child:
 
 
 @contextlib.contextmanager
-def children(*specs: tuple[object, ...]) -> Iterator[list[Child]]:
-    kids = [Child(*spec) for spec in specs]
+def children(*specs: tuple[object, ...], pythonpath: str | None = None) -> Iterator[list[Child]]:
+    kids = [Child(*spec, pythonpath=pythonpath) for spec in specs]
     try:
         for kid in kids:
             kid.wait_ready()
@@ -529,6 +556,8 @@ class BurnVariant:
     kind: str  # "baseline", "reference", "raw-lib-sql", "library"
     specs: Callable[[str], list[tuple[object, ...]]]  # schema -> child specs
     runs: list[dict[str, float]] = field(default_factory=list)  # per round: rate, wall, cpu
+    pythonpath: str | None = None  # the code of another commit (--ab)
+    procs: int = 1
 
     def rate(self) -> float:
         return statistics.median(r["rate"] for r in self.runs)
@@ -544,25 +573,73 @@ def burn_variants() -> list[BurnVariant]:
     def raw(how: str, procs: int = 1) -> Callable[[str], list[tuple[object, ...]]]:
         return lambda s: [("raw", s, how, CLAIM_BATCH, 0, 0)] * procs
 
-    def worker(concurrency: int, procs: int) -> Callable[[str], list[tuple[object, ...]]]:
-        return lambda s: [("worker", s, concurrency, CLAIM_BATCH, 0, 5.0)] * procs
-
     return [
         BurnVariant("raw SELECT FOR UPDATE SKIP LOCKED + DELETE, 1 tx", "baseline", raw("tx")),
-        BurnVariant("raw, same, 2 processes", "reference", raw("tx", 2)),
-        BurnVariant("raw UPDATE lease claim + DELETE, 2 tx", "reference", raw("lease")),
+        BurnVariant("raw, same, 2 processes", "reference", raw("tx", 2), procs=2),
+        BurnVariant(LEASE_LOOP, "reference", raw("lease")),
         BurnVariant("raw, library SQL (claim + ack_claims)", "raw-lib-sql", raw("lib-sql")),
-        BurnVariant("Worker c=10, 1 process", "library", worker(10, 1)),
-        BurnVariant("Worker c=100, 1 process", "library", worker(100, 1)),
-        BurnVariant("Worker c=10, 2 processes", "library", worker(10, 2)),
-        BurnVariant("Worker c=100, 2 processes", "library", worker(100, 2)),
+        *(
+            BurnVariant(name, "library", _worker_specs(c, procs, prefetch), procs=procs)
+            for name, c, procs, prefetch in WORKER_VARIANTS
+        ),
     ]
+
+
+#: The raw loop with the library's lease semantics: item 4's yardstick.
+LEASE_LOOP = "raw UPDATE lease claim + DELETE, 2 tx"
+#: (name, concurrency, processes, prefetch) of the Worker burn-down variants.
+WORKER_VARIANTS = (
+    ("Worker c=10, 1 process", 10, 1, 0),
+    ("Worker c=100, 1 process", 100, 1, 0),
+    ("Worker c=100 prefetch=100, 1 process", 100, 1, 100),
+    ("Worker c=10, 2 processes", 10, 2, 0),
+    ("Worker c=100, 2 processes", 100, 2, 0),
+    ("Worker c=100 prefetch=100, 2 processes", 100, 2, 100),
+)
+
+
+def _worker_specs(
+    concurrency: int, procs: int, prefetch: int
+) -> Callable[[str], list[tuple[object, ...]]]:
+    return lambda s: [("worker", s, concurrency, CLAIM_BATCH, 0, 5.0, prefetch)] * procs
+
+
+def ab_variants(refs: list[str]) -> list[BurnVariant]:
+    """The one-process Worker variants on the code of other commits (``--ab``), each
+    checked out once as a detached worktree of this repository under /tmp."""
+    root = Path(__file__).resolve().parents[2]
+    out = []
+    for ref in refs:
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", ref],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        tree = Path(f"/tmp/alkstore-bench-ab-{sha}")
+        if not tree.exists():
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), sha],
+                check=True,
+                capture_output=True,
+            )
+        for name, c, procs, prefetch in WORKER_VARIANTS:
+            if procs == 1 and not prefetch:
+                out.append(
+                    BurnVariant(
+                        f"{name} @{sha}",
+                        "before",
+                        _worker_specs(c, procs, 0),
+                        pythonpath=str(tree),
+                    )
+                )
+    return out
 
 
 def burn_once(variant: BurnVariant, jobs: int, log: Callable[[str], None]) -> dict[str, float]:
     with bp.fresh_schema() as schema:
         enqueue_s = prefill(schema, jobs)
-        with children(*variant.specs(schema)) as kids:
+        with children(*variant.specs(schema), pythonpath=variant.pythonpath) as kids:
             t_go = time.perf_counter()
             for kid in kids:
                 kid.send("go")
@@ -773,8 +850,12 @@ class Report:
         return list(self.peers.get("burn_down", []))
 
     def best_worker(self) -> BurnVariant | None:
-        lib = [v for v in self.burn if v.kind == "library" and v.runs]
+        """The fastest Worker variant in one process (item 4's targets are per process)."""
+        lib = [v for v in self.burn if v.kind == "library" and v.procs == 1 and v.runs]
         return max(lib, key=BurnVariant.rate) if lib else None
+
+    def variant(self, name: str) -> BurnVariant | None:
+        return next((v for v in self.burn if v.name == name and v.runs), None)
 
 
 def format_tables(report: Report) -> str:
@@ -855,39 +936,52 @@ def format_tables(report: Report) -> str:
 
 
 def targets(report: Report) -> list[str]:
-    """The issue's targets, each with the measured value and whether it is met."""
+    """Issue item 4's targets, each with the measured value and whether it is met, then
+    the before/after ratios of an ``--ab`` run."""
     out: list[str] = []
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
-    base = report.burn_base()
+    lease = report.variant(LEASE_LOOP)
     best = report.best_worker()
-    if best is not None and base is not None:
-        r = burn_ratio(best, base)
+    if best is not None and lease is not None:
+        r = burn_ratio(best, lease)
         out.append(
-            f"drain >= 0.6x raw baseline, best Worker ({best.name}): {r:.2f}x ({verdict(r >= 0.6)})"
+            f"drain >= 0.6x {LEASE_LOOP} (same rounds), one process, {best.name}: "
+            f"{r:.2f}x ({verdict(r >= 0.6)})"
         )
     if best is not None:
         for p in report.peer_burn():
-            need = 2.0 if p["name"].startswith("pgqueuer") else 20.0
+            if p["name"].startswith("pgqueuer") and "batch 100" in p["name"]:
+                need = 2.0
+            elif p["name"].startswith("procrastinate"):
+                need = 20.0
+            else:
+                continue
             r = best.rate() / p["rate"]
             out.append(
-                f"drain >= {need:g}x {p['name']}: {r:.2f}x ({verdict(r >= need)}; "
-                "the peer ran after the burn-down rounds)"
+                f"drain >= {need:g}x {p['name']}, one process, {best.name}: {r:.2f}x "
+                f"({verdict(r >= need)}; the peer ran after the burn-down rounds)"
             )
-            if p["name"].startswith("pgqueuer"):
-                out.append(
-                    f"client CPU/job lower than {p['name']}: "
-                    f"{best.cpu_us():.1f} vs {p['cpu_us']:.1f} µs "
-                    f"({verdict(best.cpu_us() < p['cpu_us'])})"
-                )
+        out.append(f"client CPU per job, {best.name}: {best.cpu_us():.1f} µs")
     for name, lat in report.latency.items():
         if LATENCY_CONSUMERS[name][0] != "library":
             continue
         p50, p99 = bp.percentile(lat, 50) * 1e3, bp.percentile(lat, 99) * 1e3
-        out.append(f"pickup latency p50 <= 1.2 ms, {name}: {p50:.3f} ms ({verdict(p50 <= 1.2)})")
-        out.append(f"pickup latency p99 <= 5 ms, {name}: {p99:.3f} ms ({verdict(p99 <= 5)})")
+        out.append(f"pickup latency p50 <= 1.0 ms, {name}: {p50:.3f} ms ({verdict(p50 <= 1.0)})")
+        out.append(f"pickup latency p99 <= 3 ms, {name}: {p99:.3f} ms ({verdict(p99 <= 3)})")
+    for old in report.burn:
+        if old.kind != "before" or not old.runs:
+            continue
+        new = report.variant(old.name.rpartition(" @")[0])
+        if new is None:
+            continue
+        r = burn_ratio(new, old)
+        out.append(
+            f"after/before, {old.name}: {r:.2f}x jobs/s, client CPU/job "
+            f"{old.cpu_us():.1f} -> {new.cpu_us():.1f} µs (median of {len(old.runs)} rounds)"
+        )
     return out
 
 
@@ -907,6 +1001,7 @@ def run_all(
     rounds: int | None = None,
     only: str | None = None,
     quick: bool = False,
+    ab: list[str] | None = None,
     log: Callable[[str], None] = print,
 ) -> Report:
     """Run every selected section; ``only`` matches a section name (``burn-down``,
@@ -919,6 +1014,8 @@ def run_all(
         return only is None or selected(section, only) or selected(name, only)
 
     report.burn = [v for v in burn_variants() if pick("burn-down", v.name)]
+    if ab:
+        report.burn += [v for v in ab_variants(ab) if pick("burn-down", v.name)]
     if report.burn and not any(v.kind == "baseline" for v in report.burn):
         report.burn.insert(0, burn_variants()[0])  # the ratios need their baseline
     if report.burn:
@@ -956,6 +1053,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=None, help="burn-down jobs (default 20,000)")
     parser.add_argument("--rounds", type=int, default=None, help="burn-down rounds")
     parser.add_argument("--only", default=None, help="only sections/variants containing this")
+    parser.add_argument(
+        "--ab",
+        default=None,
+        help="comma-separated git commits whose one-process Worker variants run interleaved "
+        "with this code's (before/after)",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     print(machine())
@@ -966,6 +1069,7 @@ def main(argv: list[str] | None = None) -> None:
         rounds=args.rounds,
         only=args.only,
         quick=args.quick,
+        ab=args.ab.split(",") if args.ab else None,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(f"\nmeasured in {time.perf_counter() - started:.0f} s\n")

@@ -1258,3 +1258,168 @@ async def test_r6_a_late_accepted_renewal_after_the_deadline_gives_the_job_back(
     assert ("ack", 2, None) in seen
     stats = worker.statistics()
     assert (stats.released, stats.acked, stats.lease_lost) == (1, 1, 0)
+
+
+async def test_item5_a_worker_frozen_past_the_lease_never_starts_the_stale_handler(
+    autojump_clock, store, monkeypatch
+):
+    """Issue 5, item 5: the worker freezes (SIGSTOP, a stalled host) just as its claim is
+    answered and resumes after the lease lapsed by its own clock. The claim's handler
+    never starts: the claim counts as lost, nothing is sent for it, and the job runs
+    once it is reclaimed."""
+    from alkstore_trio import Queue
+
+    real = Queue.claim_batch
+    frozen = []
+
+    async def answered_then_frozen(self, worker_id, n):
+        handles = await real(self, worker_id, n)
+        if handles and not frozen:
+            frozen.append(now())
+            autojump_clock.jump(31)  # no task runs between the answer and the jump
+        return handles
+
+    monkeypatch.setattr(Queue, "claim_batch", answered_then_frozen)
+    calls = count_backend_calls(store, monkeypatch, "retry", "heartbeat")
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = await queue.enqueue(b"x")
+    handler = Recorder()
+    worker = Worker(store, {queue: handler}, poll_interval_s=5)
+    with worker.events(buffer=None) as events:
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().acked == 1)
+        seen = [(e.kind, e.attempt) for e in [e async for e in events] if e.job_id]
+    assert [(i, attempt) for i, attempt, _ in handler.starts] == [(job_id, 2)]
+    assert ("lease_lost", 1) in seen
+    assert ("start", 1) not in seen
+    assert seen.index(("lease_lost", 1)) < seen.index(("claim", 2))
+    stats = worker.statistics()
+    assert (stats.lease_lost, stats.started, stats.acked, stats.released) == (1, 1, 1, 0)
+    assert calls == {"retry": [], "heartbeat": []}  # nothing for the stale claim
+
+
+# --- issue item 4: job runners, prefetch and the pipelined claim ----------------------------
+
+
+async def test_r2_job_runners_bound_the_running_handlers_and_each_job_has_its_own_scope(
+    autojump_clock, store
+):
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    await queue.enqueue_many([b"x"] * 50)
+    scopes = set()
+
+    async def action(job):
+        scopes.add(id(trio.lowlevel.current_task()))
+        await trio.sleep(1)
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, concurrency=5, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 50)
+    assert handler.max_running == 5
+    assert len(scopes) <= 5  # the tasks are reused...
+    assert now() == approx(10.0)
+
+
+async def test_r2_prefetch_holds_claims_beyond_concurrency_and_runs_at_most_concurrency(
+    autojump_clock, store, monkeypatch
+):
+    calls = count_backend_calls(store, monkeypatch, "claim", "ack", "ack_and_claim")
+    queue = store.queue("q")
+    ids = await queue.enqueue_many([b"x"] * 60)
+    held = []
+
+    async def action(job):
+        held.append(worker.statistics().in_flight)
+        await trio.sleep(1)
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, concurrency=5, prefetch=5, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == len(ids))
+    assert handler.max_running == 5
+    assert max(held) == 10  # 5 running + 5 prefetched
+    assert calls["ack_and_claim"] == []  # pipelined: the claims go beside the acks
+    assert sum(calls["claim"]) >= len(ids)
+    assert now() == approx(12.0)  # 60 jobs, 5 at a time, 1 s each: no pause between waves
+    stats = worker.statistics()
+    assert (stats.claimed, stats.acked, stats.lease_lost, stats.released) == (60, 60, 0, 0)
+
+
+async def test_r2_a_pipelined_claim_is_in_flight_while_the_acks_go_out(
+    autojump_clock, store, monkeypatch
+):
+    """Race test: the claim statement and the ack statement overlap in time."""
+    backend = store._engine
+    spans: dict[str, list[tuple[float, float]]] = {"claim": [], "ack": []}
+    for operation in spans:
+        real = getattr(backend, operation)
+
+        async def slow(*args, _real=real, _op=operation):
+            t0 = now()
+            await trio.sleep(0.5)  # a slow round trip
+            result = await _real(*args)
+            spans[_op].append((t0, now()))
+            return result
+
+        monkeypatch.setattr(backend, operation, slow)
+    queue = store.queue("q")
+    await queue.enqueue_many([b"x"] * 40)
+
+    async def noop(job):
+        pass
+
+    worker = Worker(store, {queue: noop}, concurrency=10, prefetch=10, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 40)
+    overlaps = [
+        (c, a) for c in spans["claim"] for a in spans["ack"] if c[0] < a[1] and a[0] < c[1]
+    ]
+    assert overlaps, spans
+
+
+async def test_r7_a_stop_releases_prefetched_claims_without_starting_them(autojump_clock, store):
+    queue = store.queue("q")
+    ids = await queue.enqueue_many([b"x"] * 4)
+    handler = Recorder(forever)
+    worker = Worker(
+        store, {queue: handler}, concurrency=2, prefetch=2, shutdown_grace_s=5, poll_interval_s=1000
+    )
+    async with running(worker):
+        await wait_until(lambda: len(handler.starts) == 2 and worker.statistics().in_flight == 4)
+    assert len(handler.starts) == 2  # the prefetched two never started
+    stats = worker.statistics()
+    assert (stats.claimed, stats.started, stats.released, stats.in_flight) == (4, 2, 4, 0)
+    for job_id in ids:
+        job = await queue.get_job(job_id)
+        assert (job.state, job.last_error) == ("pending", "worker stopped")
+
+
+async def test_item5_a_prefetched_claim_whose_lease_lapsed_while_waiting_never_starts(
+    autojump_clock, store, monkeypatch
+):
+    """A prefetched claim waits for a handler slot; renewals cannot get through (the
+    store unreachable), so its lease runs out while it waits: it never starts."""
+    from alkstore_trio import Queue
+
+    async def unreachable(self, handles, extend_s=None):
+        raise EngineError("database unreachable")
+
+    monkeypatch.setattr(Queue, "heartbeat_handles", unreachable)
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    first, second = await queue.enqueue_many([b"x"] * 2)
+
+    async def action(job):
+        if job.id == first:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(40)  # outlives every lease, ignoring the cancellation
+
+    handler = Recorder(action)
+    worker = Worker(store, {queue: handler}, concurrency=1, prefetch=1, poll_interval_s=1000)
+    with worker.events(buffer=None) as events:
+        async with running(worker):
+            await wait_until(lambda: now() > 41)
+        seen = [(e.kind, e.job_id, e.attempt) for e in [e async for e in events]]
+    assert ("start", first, 1) in seen
+    assert ("lease_lost", second, 1) in seen
+    assert ("start", second, 1) not in seen  # its lease ran out while it waited

@@ -1,0 +1,199 @@
+"""The worker's long-lived actors (R3, R4, R10) and the messages its actors send.
+
+Each actor is a trio task that owns its state and only sends messages: to the
+dispatcher's inbox (one trio memory channel). They run under the worker's supervisor
+(one-for-one restarts, R1), so each takes ``task_status`` and reports when it is ready;
+whatever must survive a restart (the timer's pending entries) lives outside them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard
+
+import trio
+
+from .._errors import EngineError
+from ._events import describe
+
+if TYPE_CHECKING:
+    from .._store import JobHandle, Queue, Store
+    from ._book import Claim
+    from ._events import Reporter
+
+# --- messages to the dispatcher ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """From the listener: these queues may have jobs ready."""
+
+    queues: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """From the timer: re-poll every queue (and send failed outcomes again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """From :meth:`Worker.stop`: stop claiming."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """From the job actors: handlers ended; their claims wait in
+    :meth:`JobActors.take_finished` (one message per wave, not one per job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """From a pipelined claim task: its answer (``handles``), or the error it met."""
+
+    queue: str
+    asked: int
+    sent_at: float
+    handles: list[JobHandle] | None
+    error: EngineError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """From a heartbeat actor: renew this claim, then set ``done``."""
+
+    claim: Claim
+    done: trio.Event
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatsDue:
+    """From the timer: these claims have run for one heartbeat interval; start their
+    heartbeat actors (those still running)."""
+
+    claims: tuple[Claim, ...]
+
+
+Message: TypeAlias = "Wake | Tick | Stop | Finished | Claimed | HeartbeatRequest | HeartbeatsDue"
+#: What the dispatcher asks the timer for: a tick at a trio time (a delayed job becomes
+#: due), or a :class:`HeartbeatsDue` message at a trio time.
+TimerRequest: TypeAlias = "tuple[float, HeartbeatsDue | None]"
+
+
+def coalesced(message: Message) -> TypeGuard[Finished | HeartbeatRequest]:
+    """R2: the messages the dispatcher batches per queue: outcomes and heartbeats."""
+    return isinstance(message, Finished | HeartbeatRequest)
+
+
+# --- the actors ----------------------------------------------------------------------
+
+
+async def serve_wakes(
+    store: Store,
+    queues: tuple[Queue, ...],
+    inbox: trio.MemorySendChannel[Message],
+    *,
+    task_status: trio.TaskStatus[None],
+) -> None:
+    """R3: forward every wake of the served queues to the dispatcher. After each
+    (re)start it sends a wake for all queues: wakes sent while it was gone are lost."""
+    async with store.open_wake_listener(queues) as listener:
+        task_status.started()
+        await inbox.send(Wake(frozenset(q.name for q in queues)))
+        while True:
+            woken = await listener.wait()
+            if woken:
+                await inbox.send(Wake(woken))
+
+
+@dataclass(slots=True)
+class Timers:
+    """The timer actor's pending entries, kept outside it so a restart loses none:
+    (trio time, sequence, message or ``None``: a tick)."""
+
+    heap: list[tuple[float, int, HeartbeatsDue | None]] = field(default_factory=list)
+    seq: int = 0
+
+    def push(self, at: float, message: HeartbeatsDue | None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, self.seq, message))
+
+
+async def serve_timer(
+    timers: Timers,
+    poll_interval_s: float,
+    inbox: trio.MemorySendChannel[Message],
+    requests: trio.MemoryReceiveChannel[TimerRequest],
+    *,
+    task_status: trio.TaskStatus[None],
+) -> None:
+    """R4: tick every ``poll_interval_s`` and when a delayed job the dispatcher told it
+    about becomes due; and tell the dispatcher when claims have run for one heartbeat
+    interval (R6)."""
+    task_status.started()
+    heap = timers.heap
+    next_tick = trio.current_time() + poll_interval_s
+    while True:
+        with trio.move_on_at(min(next_tick, heap[0][0]) if heap else next_tick):
+            at, message = await requests.receive()
+            timers.push(at, message)
+            continue
+        now = trio.current_time()
+        tick = False
+        while heap and heap[0][0] <= now:
+            _, _, message = heapq.heappop(heap)
+            if message is None:
+                tick = True
+            else:
+                await inbox.send(message)
+        if now >= next_tick:
+            tick = True
+            next_tick = now + poll_interval_s
+        if tick:
+            await inbox.send(Tick())
+
+
+async def serve_sweeps(
+    queues: tuple[Queue, ...],
+    interval_s: float,
+    reporter: Reporter,
+    counts: dict[str, int],
+    *,
+    task_status: trio.TaskStatus[None],
+) -> None:
+    """R10: ``sweep_expired`` on every served queue, now and every ``interval_s``. A
+    failing sweep is logged and tried again next time."""
+    task_status.started()
+    while True:
+        for queue in queues:
+            try:
+                result = await queue.sweep_expired()
+            except Exception as exc:
+                counts["engine_errors"] += isinstance(exc, EngineError)
+                reporter.log(
+                    logging.WARNING,
+                    "sweep_failed",
+                    None,
+                    "sweep of queue %r failed (%s: %s); next try in %gs",
+                    queue.name,
+                    type(exc).__name__,
+                    exc,
+                    interval_s,
+                    queue=queue.name,
+                    error=describe(exc),
+                )
+            else:
+                if result.expired or result.purged:
+                    reporter.log(
+                        logging.INFO,
+                        "sweep",
+                        None,
+                        "swept queue %r: %d expired, %d purged",
+                        queue.name,
+                        result.expired,
+                        result.purged,
+                        queue=queue.name,
+                    )
+        await trio.sleep(interval_s)

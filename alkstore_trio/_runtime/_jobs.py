@@ -1,0 +1,198 @@
+"""The job actors (R5) and heartbeat actors (R6) of a worker.
+
+A job actor runs one claim's handler in the claim's own cancel scope, which is shielded
+(only the book's decisions, carried out by the dispatcher, cancel it) and carries the
+lease's deadline; it asks the book before the handler's first line whether the claim may
+still start (item 5: never once the lease ran out by the worker's clock), tells the book
+how the handler ended, and leaves the claim for the dispatcher (one
+:class:`~._actors.Finished` message wakes it for every claim finished meanwhile).
+
+Why job actors are long-lived *runners*. Spawning a trio task per job (a coroutine, a
+task, its context, its exit through the nursery) cost about as much client CPU as all the
+rest of a no-op job's work. So a job actor is a runner task that takes claims from a
+memory channel, one after the other, each still in its own cancel scope with its own
+lease deadline: only the task is reused. At most ``concurrency`` runners exist (spawned
+as the load needs them), which is what bounds the handlers running at once; claims beyond
+that (``prefetch``) wait in the channel. A runner's loop is shielded: it ends when the
+worker closes the channel, after the graceful stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ._actors import Finished, HeartbeatRequest
+from ._book import ACK, ClaimState, Outcome
+from ._events import describe, error_text
+from ._outcomes import Fail, Retry
+
+if TYPE_CHECKING:
+    from ._actors import Message
+    from ._book import Claim, ClaimBook
+    from ._events import Reporter
+    from ._worker import Handler
+
+_FINISHED: Final = Finished()
+#: States of a claim that did not start but whose end the dispatcher must hear of.
+_TO_REPORT = frozenset({ClaimState.CANCELLING, ClaimState.LOST})
+
+
+class JobActors:
+    """Runs job and heartbeat actors for one worker, and counts what its handlers did."""
+
+    def __init__(self, book: ClaimBook, reporter: Reporter, job_timeout_s: float | None) -> None:
+        self.book = book
+        self.reporter = reporter
+        self.job_timeout_s = job_timeout_s
+        self.inbox: trio.MemorySendChannel[Message] | None = None
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("handler_errors", "timed_out", "started", "finished"), 0
+        )
+        self.claim_to_start_total_s = 0.0
+        self.run_time_total_s = 0.0
+        self._nursery: trio.Nursery | None = None
+        self._send, self._receive = trio.open_memory_channel[tuple["Claim", "Handler"]](math.inf)
+        self._concurrency = 0
+        #: Claims whose job actor ended, for the dispatcher; whether it was told.
+        self._finished: list[Claim] = []
+        self._nudged = False
+        #: Runners spawned; those not running a job; claims sent and not yet taken.
+        self._runners = self._idle = self._queued = 0
+
+    def open(self, nursery: trio.Nursery, concurrency: int) -> None:
+        """Runners will live in ``nursery``, at most ``concurrency`` of them."""
+        self._nursery = nursery
+        self._concurrency = concurrency
+
+    def close(self) -> None:
+        """No more claims: each runner ends once the channel is empty."""
+        self._send.close()
+
+    def take_finished(self) -> list[Claim]:
+        """The claims whose job actors ended since the last call (for the dispatcher)."""
+        finished, self._finished = self._finished, []
+        self._nudged = False
+        return finished
+
+    def dispatch(self, claim: Claim, handler: Handler) -> None:
+        """Hand a claim to a runner (a new one if none is free and the limit allows)."""
+        assert self._nursery is not None
+        self._send.send_nowait((claim, handler))
+        self._queued += 1
+        if self._queued > self._idle and self._runners < self._concurrency:
+            self._runners += 1
+            self._idle += 1
+            self._nursery.start_soon(self._serve_runner, name="job runner")
+
+    async def _serve_runner(self) -> None:
+        with trio.CancelScope(shield=True):
+            while True:
+                try:
+                    claim, handler = await self._receive.receive()
+                except trio.EndOfChannel:
+                    return
+                self._queued -= 1
+                self._idle -= 1
+                await self.run_job(claim, handler)
+                self._idle += 1
+
+    async def run_job(self, claim: Claim, handler: Handler) -> None:
+        """R5: run the handler in the claim's own (shielded) cancel scope — if the book
+        lets it start: never once the lease ran out by this worker's clock — and report
+        the end to the dispatcher; its heartbeat actor (if one was started) stops with
+        it. Never raises an :class:`Exception`; ``Cancelled`` only reaches it through
+        ``claim.scope``."""
+        assert self.inbox is not None
+        book = self.book
+        if claim.state is not ClaimState.STARTING and claim.state not in _TO_REPORT:
+            return  # released unstarted by a stop: the dispatcher settles it
+        scope = claim.scope
+        result: Outcome | None = None
+        try:
+            with scope:
+                now = trio.current_time()
+                if book.start(claim, now):
+                    result = await self._run_handler(claim, handler, now)
+                elif claim.state is ClaimState.LOST and now >= claim.lease_until:
+                    self.reporter.log(
+                        logging.WARNING,
+                        "lease_lost",
+                        claim.handle.job,
+                        "lost the claim (its lease ran out before the handler started); "
+                        "the handler was not started",
+                    )
+        finally:
+            if claim.heartbeat_scope is not None:
+                claim.heartbeat_scope.cancel()
+            # Cancelled (by the book's decision, or by the lease deadline), or a
+            # BaseException (KeyboardInterrupt) escaped the handler: result is None and
+            # the book decides whether the claim is to be released or is lost.
+            book.finished(claim, result, deadline_hit=scope.cancelled_caught)
+            self._finished.append(claim)
+            if not self._nudged:
+                self._nudged = True
+                self.inbox.send_nowait(_FINISHED)
+
+    async def _run_handler(self, claim: Claim, handler: Handler, start: float) -> Outcome:
+        job = claim.handle.job
+        self.counts["started"] += 1
+        self.claim_to_start_total_s += start - claim.claimed_at
+        if self.reporter.wants(logging.DEBUG):
+            self.reporter.log(logging.DEBUG, "start", job, "handler started")
+        try:
+            if self.job_timeout_s is None:
+                await handler(job)
+                return ACK
+            with trio.move_on_after(self.job_timeout_s) as timeout:
+                await handler(job)
+            if timeout.cancelled_caught:
+                self.counts["timed_out"] += 1
+                error = f"job timed out after {self.job_timeout_s:g}s (job_timeout_s)"
+                self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
+                return Outcome("retry", error)
+            return ACK
+        except Retry as retry:
+            return Outcome("retry", error_text(retry.error), retry.delay_s)
+        except Fail as fail:
+            return Outcome("fail", error_text(fail.error))
+        except (Exception, asyncio.CancelledError) as exc:
+            # asyncio.CancelledError is a BaseException, but when a handler raises one of
+            # its own (trio never does) it is the handler's failure, not a cancellation.
+            self.counts["handler_errors"] += 1
+            error = describe(exc)
+            self.reporter.log(
+                logging.WARNING,
+                "handler_error",
+                job,
+                "handler raised %s",
+                type(exc).__name__,
+                error=error,
+                exc_info=exc,
+            )
+            return Outcome("retry", error)
+        finally:
+            self.counts["finished"] += 1
+            run_time = trio.current_time() - start
+            self.run_time_total_s += run_time
+            if self.reporter.wants(logging.DEBUG):
+                self.reporter.log(
+                    logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time
+                )
+
+    async def run_heartbeat(self, claim: Claim) -> None:
+        """R6: started by the dispatcher once the handler has run for one
+        ``heartbeat_interval_s`` (and the claim renewed): every interval from then on,
+        ask the dispatcher to renew the claim and wait for it to have done so. Stopped
+        through ``claim.heartbeat_scope`` when the job actor ends."""
+        assert self.inbox is not None
+        with claim.heartbeat_scope:
+            while True:
+                await trio.sleep(claim.heartbeat_interval_s)
+                done = trio.Event()
+                self.inbox.send_nowait(HeartbeatRequest(claim, done))
+                await done.wait()

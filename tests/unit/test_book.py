@@ -1,0 +1,309 @@
+"""The worker's claim book (R2, R5, R6, R7, item 5), with no event loop: events in,
+decisions out. Times are plain floats; handles are stand-ins with a ``job``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from alkstore_trio._runtime._book import (
+    ACK,
+    LEASE_UNCERTAIN,
+    WORKER_STOPPED,
+    ClaimBook,
+    ClaimState,
+    Outcome,
+    Verdict,
+    heartbeat_groups,
+)
+
+
+@dataclass
+class FakeJob:
+    id: int
+    queue: str = "a"
+    attempts: int = 1
+    max_attempts: int = 3
+    visibility_timeout_s: float = 30.0
+
+
+@dataclass
+class FakeHandle:
+    job: FakeJob
+
+
+_ids = iter(range(1, 1_000_000))
+
+
+def handles(n, queue="a", **job):
+    return [FakeHandle(FakeJob(next(_ids), queue, **job)) for _ in range(n)]
+
+
+def book(queues=("a",), concurrency=10, batch=100, heartbeat=None):
+    return ClaimBook(
+        queues, concurrency=concurrency, claim_batch_max=batch, heartbeat_interval_s=heartbeat
+    )
+
+
+def claim_and_start(b, n=1, queue="a", at=0.0, **job):
+    claims = b.claimed(queue, handles(n, queue, **job), n, sent_at=at, now=at)
+    for claim in claims:
+        assert b.start(claim, at)
+    return claims
+
+
+def finish(b, claim, result=ACK, at=1.0, **kw):
+    b.finished(claim, result, **kw)
+    return b.reported(claim, at)
+
+
+# --- R2: claiming -----------------------------------------------------------------------
+
+
+def test_r2_a_claim_asks_for_min_of_free_slots_and_the_batch_limit():
+    b = book(concurrency=10, batch=4)
+    assert b.wants_claim()
+    assert b.claim_size("a") == 4
+    b.claimed("a", handles(4), 4, sent_at=0, now=0)
+    b.claimed("a", handles(4), 4, sent_at=0, now=0)
+    assert b.claim_size("a") == 2
+    b.claimed("a", handles(2), 2, sent_at=0, now=0)
+    assert b.free == 0
+    assert not b.wants_claim()
+    assert b.claim_size("a") is None  # the round ends
+
+
+def test_r2_a_full_claim_keeps_the_queue_woken_and_a_short_one_does_not():
+    b = book(queues=("a", "b"))
+    b.claimed("a", handles(3), 3, sent_at=0, now=0)
+    assert b.woken == {"a", "b"}
+    b.claimed("a", handles(1), 3, sent_at=0, now=0)
+    assert b.woken == {"b"}
+    assert b.claim_size("a") == 0  # skipped until woken
+    b.wake({"a"})
+    assert b.claim_size("a") > 0
+
+
+def test_r2_queues_are_served_round_robin():
+    b = book(queues=("a", "b", "c"))
+    assert [b.claim_round() for _ in range(4)] == [
+        ("a", "b", "c"),
+        ("b", "c", "a"),
+        ("c", "a", "b"),
+        ("a", "b", "c"),
+    ]
+
+
+def test_r2_a_fused_claim_takes_the_queues_fair_share_of_the_freed_slots():
+    b = book(queues=("a", "b"), concurrency=10)
+    claim_and_start(b, 10)
+    assert b.fused_claim_size("a", 4) == 2  # 4 freed, 2 queues woken
+    b.claimed("b", handles(0, "b"), 5, sent_at=0, now=0)  # b is empty now
+    assert b.fused_claim_size("a", 4) == 4
+
+
+def test_r2_acks_of_an_idle_queue_go_alone_and_so_do_they_when_stopping():
+    b = book(concurrency=10)
+    claim_and_start(b, 2)
+    b.claimed("a", [], 8, sent_at=0, now=0)  # short: idle
+    assert b.fused_claim_size("a", 2) == 0
+    b.wake({"a"})
+    assert b.fused_claim_size("a", 2) == 10
+    b.stop()
+    assert b.fused_claim_size("a", 2) == 0
+
+
+def test_r2_a_failed_claim_waits_for_the_next_wake_or_tick():
+    b = book(queues=("a", "b"))
+    b.claim_failed("a")
+    assert b.woken == {"b"}
+    b.tick()
+    assert b.woken == {"a", "b"}
+
+
+def test_r2_outcomes_go_out_as_one_statement_per_queue_and_kind():
+    b = book(queues=("a", "b"))
+    a1, a2, a3 = claim_and_start(b, 3, "a")
+    (b1,) = claim_and_start(b, 1, "b")
+    finish(b, a1, ACK)
+    finish(b, a2, Outcome("retry", "boom", None))
+    finish(b, a3, None)  # a BaseException escaped: released
+    finish(b, b1, Outcome("fail", "no"))
+    groups = b.settle_groups([a1, a2, a3, b1])
+    assert groups == {("a", "ack"): [a1], ("a", "retry"): [a2, a3], ("b", "fail"): [b1]}
+    assert a3.outcome == Outcome("release", WORKER_STOPPED, 0.0)
+
+
+def test_r2_r8_an_outcome_whose_statement_failed_is_due_again_on_the_tick():
+    b = book()
+    claim, _other = claim_and_start(b, 2)
+    finish(b, claim)
+    assert b.tick() == [claim]  # the statement failed: still SETTLING
+    assert b.settled(claim, True) == "ack"
+    assert b.tick() == []
+
+
+# --- R5 / item 5: starting and outcomes ---------------------------------------------------
+
+
+def test_r5_the_lease_runs_from_when_the_claim_was_sent():
+    b = book()
+    (claim,) = b.claimed("a", handles(1, visibility_timeout_s=30), 1, sent_at=5.0, now=5.2)
+    assert (claim.lease_until, claim.claimed_at, claim.state) == (35.0, 5.2, ClaimState.STARTING)
+    assert claim.heartbeat_interval_s == 10.0  # a third of the visibility timeout
+    assert (
+        book(heartbeat=2.0).claimed("a", handles(1), 1, sent_at=0, now=0)[0].heartbeat_interval_s
+        == 2.0
+    )
+
+
+def test_r5_item5_a_claim_whose_lease_lapsed_before_its_start_never_starts():
+    b = book()
+    (claim,) = b.claimed("a", handles(1, visibility_timeout_s=30), 1, sent_at=0, now=0)
+    assert not b.start(claim, 30.0)  # the deadline itself is too late
+    assert claim.state is ClaimState.LOST
+    assert b.counts["lease_lost"] == 1
+    b.finished(claim, None)
+    assert b.reported(claim, 30.0) is Verdict.DISCARD
+    assert claim not in b.claims
+    assert b.settle_groups([claim]) == {}
+    assert b.renewable([claim]) == {}
+
+
+def test_r5_a_claim_started_before_its_deadline_runs():
+    b = book()
+    (claim,) = b.claimed("a", handles(1, visibility_timeout_s=30), 1, sent_at=0, now=0)
+    assert b.start(claim, 29.999)
+    assert claim.state is ClaimState.RUNNING
+    assert not b.start(claim, 29.999)  # one start per claim
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempts", "result", "counter"),
+    [
+        (ACK, 1, "ack", "acked"),
+        (ACK, 3, "ack", "acked"),
+        (Outcome("retry", "e", 2.0), 1, "retry", "retried"),
+        (Outcome("retry", "e", None), 3, "dead", "dead_lettered"),  # the last attempt
+        (Outcome("fail", "e"), 1, "dead", "dead_lettered"),
+    ],
+)
+def test_r5_outcomes_settle_as_the_contract_says(outcome, attempts, result, counter):
+    b = book()
+    (claim,) = claim_and_start(b, attempts=attempts, max_attempts=3)
+    assert finish(b, claim, outcome) is Verdict.SEND
+    assert b.settled(claim, True) == result
+    assert b.counts[counter] == 1
+    assert claim.state is ClaimState.DONE
+    assert b.claims == set()
+
+
+# --- R6: heartbeats and refusals -----------------------------------------------------------
+
+
+def test_r6_a_renewal_pushes_the_deadline_while_the_scope_is_open():
+    b = book()
+    (claim,) = claim_and_start(b)
+    assert b.renewed(claim, 10.0) == 40.0
+    b.finished(claim, ACK)
+    assert b.renewed(claim, 20.0) is None  # the scope is closed; the lease still moves
+    assert claim.lease_until == 50.0
+
+
+def test_r6_a_refused_renewal_loses_the_claim_once_and_discards_its_outcome():
+    b = book()
+    (claim,) = claim_and_start(b)
+    assert b.refused(claim)
+    assert not b.refused(claim)  # counted and logged once
+    assert b.counts["lease_lost"] == 1
+    assert b.renewable([claim]) == {}
+    b.finished(claim, ACK)  # the handler returned before its cancellation landed
+    assert b.reported(claim, 1.0) is Verdict.DISCARD
+    assert b.settle_groups([claim]) == {}
+    assert b.claims == set()
+
+
+def test_r6_a_refused_outcome_is_lease_lost():
+    b = book()
+    (claim,) = claim_and_start(b)
+    finish(b, claim)
+    assert b.settled(claim, False) == "lost"
+    assert (b.counts["lease_lost"], b.counts["acked"]) == (1, 0)
+    assert b.claims == set()
+
+
+def test_r6_a_handler_stopped_at_the_lease_deadline_is_lost():
+    b = book()
+    (claim,) = claim_and_start(b)
+    b.finished(claim, None, deadline_hit=True)
+    assert b.reported(claim, 30.0) is Verdict.LOSE
+    assert b.counts["lease_lost"] == 1
+    assert b.claims == set()
+
+
+def test_r6_a_late_accepted_renewal_gives_the_stopped_handlers_job_back():
+    b = book()
+    (claim,) = claim_and_start(b)
+    b.finished(claim, None, deadline_hit=True)  # stopped at 30
+    b.renewed(claim, 10.0)  # ...the renewal sent at 10 is answered at 35
+    assert b.reported(claim, 35.0) is Verdict.SEND
+    assert claim.outcome == Outcome("release", LEASE_UNCERTAIN, 0.0)
+    assert b.settled(claim, True) == "release"
+
+
+def test_r6_heartbeat_actors_only_for_claims_still_running():
+    b = book(heartbeat=5.0)
+    running, done = claim_and_start(b, 2)
+    b.finished(done, ACK)
+    assert b.renewable([running, done, running]) == {"a": [running, done]}
+    assert b.needs_heartbeat_actor(running)
+    assert not b.needs_heartbeat_actor(done)
+    running.heartbeat_scope = object()
+    assert not b.needs_heartbeat_actor(running)  # it has one
+    assert heartbeat_groups([running, done]) == {5.0: [running, done]}
+
+
+# --- R7: graceful stop ---------------------------------------------------------------------
+
+
+def test_r7_a_stop_stops_claiming():
+    b = book()
+    b.stop()
+    assert not b.wants_claim()
+    assert b.claim_size("a") is None
+
+
+def test_r7_grace_over_cancels_running_and_unstarted_claims_and_releases_them():
+    b = book()
+    running = claim_and_start(b)[0]
+    (unstarted,) = b.claimed("a", handles(1), 1, sent_at=0, now=0)
+    settling = claim_and_start(b)[0]
+    finish(b, settling)
+    b.stop()
+    assert set(b.grace_over()) == {running, unstarted}
+    assert not b.start(unstarted, 1.0)  # never starts
+    b.finished(unstarted, None)
+    b.finished(running, None)
+    assert b.reported(unstarted, 2.0) is Verdict.SEND
+    assert b.reported(running, 2.0) is Verdict.SEND
+    assert unstarted.outcome == running.outcome == Outcome("release", WORKER_STOPPED, 0.0)
+    assert b.only_settling()
+    assert b.settled(running, True) == "release"
+    assert b.counts["released"] == 1
+
+
+def test_r7_a_cancelled_handler_that_returned_anyway_keeps_its_outcome():
+    b = book()
+    (claim,) = claim_and_start(b)
+    b.grace_over()
+    b.finished(claim, ACK)
+    assert b.reported(claim, 1.0) is Verdict.SEND
+    assert claim.outcome is ACK
+
+
+def test_r7_open_scopes_are_those_still_able_to_run():
+    b = book()
+    running, finished = claim_and_start(b, 2)
+    b.finished(finished, ACK)
+    assert b.open_scopes() == [running]
