@@ -22,9 +22,6 @@ PACKAGE = Path(suite.__file__).parent
 MODULE_RULES = re.compile(r"(?:[qd]\d+_)+")
 #: Modules of the package that hold no checks.
 NOT_RULE_MODULES = {"__init__.py", "_helpers.py"}
-#: "Modest modules" (the style guide): a reader can hold a module and a function.
-MAX_MODULE_LINES = 800
-MAX_FUNCTION_LINES = 80
 
 
 def rules_of_module(module: str) -> set[str]:
@@ -80,19 +77,3 @@ def test_every_rule_module_is_named_after_its_rules_and_all_its_checks_run() -> 
             for rule in sorted(rules - {rule_of_check(name) for name in checks})
         ]
     assert problems == [], "\n".join(problems)
-
-
-def test_conformance_modules_and_functions_stay_readable() -> None:
-    too_long = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        lines = len(text.splitlines())
-        if lines > MAX_MODULE_LINES:
-            too_long.append(f"{path.name}: {lines} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                length = (node.end_lineno or start) - start + 1
-                if length > MAX_FUNCTION_LINES:
-                    too_long.append(f"{path.name}::{node.name}: {length} lines")
-    assert too_long == [], f"split along the seams the names show: {too_long}"

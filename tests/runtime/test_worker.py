@@ -1372,9 +1372,7 @@ async def test_r2_a_pipelined_claim_is_in_flight_while_the_acks_go_out(
     worker = Worker(store, {queue: noop}, concurrency=10, prefetch=10, poll_interval_s=1000)
     async with running(worker):
         await wait_until(lambda: worker.statistics().acked == 40)
-    overlaps = [
-        (c, a) for c in spans["claim"] for a in spans["ack"] if c[0] < a[1] and a[0] < c[1]
-    ]
+    overlaps = [(c, a) for c in spans["claim"] for a in spans["ack"] if c[0] < a[1] and a[0] < c[1]]
     assert overlaps, spans
 
 
