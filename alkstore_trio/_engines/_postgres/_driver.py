@@ -28,24 +28,8 @@ They are listed in :data:`INTERNALS`, psycopg is pinned to ``>=3.3,<3.4``,
 tested range (or when the internals changed, or with ``ALKSTORE_PG_DRIVER=thread``)
 :func:`connect` falls back, with a warning, to the *thread driver*: psycopg's public
 sync API in worker threads behind a cancel-aware wrapper. Both drivers implement the
-same :class:`Connection`.
-
-Cancellation
-------------
-When trio cancels an operation whose statement is running on the server, the driver
-cancels the statement on the server, waits up to :data:`CANCEL_GRACE_S` for the
-connection to become idle, and closes the connection if it did not: a connection is
-never left half-way through a statement. ``Ctrl-C`` takes the same path and arrives as a
-plain :class:`KeyboardInterrupt`. (Never run ``cursor.execute`` in a bare
-``trio.to_thread.run_sync``: it ignores cancellation until the statement ends.)
-
-Errors
-------
-Operations raise psycopg's own exceptions (:class:`psycopg.Error` subclasses). When the
-connection can no longer be used they raise :class:`ConnectionBroken` (itself a
-:class:`psycopg.OperationalError`) and the connection is closed: discard it. A
-:class:`psycopg.errors.QueryCanceled` or any other error with ``closed`` still false
-leaves the connection usable.
+same :class:`Connection`; how it behaves under cancellation and on errors is written
+once, in :mod:`._connection`.
 """
 
 from __future__ import annotations
