@@ -89,9 +89,16 @@ class _Listen:
         return await self._cm.__aexit__(*exc)
 
 
+_STAMPS: list[str] = []
+
+
 def _stamp(stage: str) -> None:
-    t = time.perf_counter()
-    print(f"s {stage.replace(' ', '_')} {t!r}", flush=True)
+    """Record a stage's time; the handler's stamp writes the sample's stamps out at once,
+    so that no pipe write (and no wake of the reader) falls between two stages."""
+    _STAMPS.append(f"{stage.replace(' ', '_')}={time.perf_counter()!r}")
+    if stage == "handler":
+        print("s " + " ".join(_STAMPS), flush=True)
+        _STAMPS.clear()
 
 
 async def _child(schema: str) -> None:
@@ -145,8 +152,9 @@ class _StageChild(bw.Child):
                 if line == "ready\n":
                     self.ready.set()
                 elif line.startswith("s "):
-                    _, stage, t = line.split()
-                    self.stamps.append((stage.replace("_", " "), float(t)))
+                    for item in line.split()[1:]:
+                        stage, t = item.split("=")
+                        self.stamps.append((stage.replace("_", " "), float(t)))
                 self.changed.notify_all()
 
 
@@ -188,8 +196,17 @@ def _worker_round(samples: int, seed: int) -> list[dict[str, float]]:
     return rows
 
 
-def _raw_round(samples: int) -> list[float]:
-    return bw.latency_once("raw LISTEN + select() + lease claim", samples, lambda _: None)
+#: The raw consumer with the library's own claim and ack statements: what is left of the
+#: gap once the SQL is the same is the client (driver, trio, the worker's stages).
+RAW_LIB_SQL = "raw LISTEN + select() + library claim SQL"
+bw.LATENCY_CONSUMERS.setdefault(
+    RAW_LIB_SQL, ("baseline", lambda s: ("raw", s, "lib-sql", 10, 1, 1))
+)
+RAW = ("raw LISTEN + select() + lease claim", RAW_LIB_SQL)
+
+
+def _raw_round(samples: int) -> dict[str, list[float]]:
+    return {name: bw.latency_once(name, samples, lambda _: None) for name in RAW}
 
 
 def _ms(values: list[float], p: float) -> float:
@@ -206,11 +223,12 @@ def main(argv: list[str] | None = None) -> None:
         trio.run(_child, args.child[0])
         return
     rows: list[dict[str, float]] = []
-    raw: list[float] = []
+    raw: dict[str, list[float]] = {name: [] for name in RAW}
     for r in range(args.rounds):  # interleaved: worker, raw, worker, raw, ...
         rows += _worker_round(args.samples, seed=r)
-        raw += _raw_round(args.samples)
-    print(f"{len(rows)} Worker samples, {len(raw)} raw samples ({bw.machine()})")
+        for name, values in _raw_round(args.samples).items():
+            raw[name] += values
+    print(f"{len(rows)} samples per consumer ({bw.machine()})")
     print(f"{'stage (time since the previous)':<34} {'p50':>8} {'p90':>8} {'p99':>8}  ms")
     previous = "enqueued"
     complete = [row for row in rows if all(s in row for s in STAGES)]
@@ -226,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{'Worker total (enqueued → handler)':<34} {_ms(total, 50):8.3f} {_ms(total, 90):8.3f} "
         f"{_ms(total, 99):8.3f}"
     )
-    print(f"{'raw consumer total':<34} {_ms(raw, 50):8.3f} {_ms(raw, 90):8.3f} {_ms(raw, 99):8.3f}")
+    for name, values in raw.items():
+        print(f"{name:<44} {_ms(values, 50):8.3f} {_ms(values, 90):8.3f} {_ms(values, 99):8.3f}")
     print(f"({len(rows) - len(complete)} samples lacked a stage and are in the totals only)")
 
 
