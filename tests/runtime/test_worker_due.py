@@ -68,8 +68,10 @@ async def running(worker):
         worker.stop()
 
 
-async def wait_for(predicate):
+async def wait_for(predicate, limit=600.0):
+    deadline = trio.current_time() + limit
     while not predicate():
+        assert trio.current_time() < deadline, "condition never became true"
         await trio.sleep(0.01)
 
 
