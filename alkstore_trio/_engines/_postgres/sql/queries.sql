@@ -209,7 +209,7 @@ CASE
     WHEN %(delay_s)s::float8 IS NOT NULL
         THEN CASE WHEN %(delay_s)s::float8 > 0 THEN %(delay_s)s::float8::text ELSE '' END
     ELSE coalesce(
-        extract(epoch FROM %(run_at)s::timestamptz - @schema@.alk_now())::float8::text, ''
+        pg_catalog.date_part('epoch', %(run_at)s::timestamptz - @schema@.alk_now())::text, ''
     )
 END
 
@@ -556,7 +556,7 @@ WITH moved AS (
 ),
 woken AS (
     SELECT pg_catalog.pg_notify(%(channel)s::text, coalesce((
-        SELECT extract(epoch FROM m.run_at - @schema@.alk_now())::float8::text
+        SELECT pg_catalog.date_part('epoch', m.run_at - @schema@.alk_now())::text
         WHERE m.run_at > @schema@.alk_now()
     ), ''))
     FROM moved AS m
@@ -579,7 +579,7 @@ WITH RECURSIVE priorities (priority) AS (
             ORDER BY j.priority DESC LIMIT 1)
     FROM priorities AS p WHERE p.priority IS NOT NULL
 )
-SELECT extract(epoch FROM min(n.run_at) - @schema@.alk_now())::float8
+SELECT pg_catalog.date_part('epoch', min(n.run_at) - @schema@.alk_now())
 FROM priorities AS p
 CROSS JOIN LATERAL (
     SELECT j.run_at FROM @schema@.jobs AS j
