@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 from ._args import EXIT_OK, CommandFailed, HelpFormatter, epilog, int_in, job_id, queue_name
 from ._operator import add_command, operator_store
 from ._output import cut, escaped, iso, say, table
+from ._reschedule import add_reschedule
 
 if TYPE_CHECKING:
     import argparse
@@ -31,15 +32,19 @@ DEFAULT_LIST_LIMIT: Final = 50
 def add_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], env: Mapping[str, str]
 ) -> None:
-    """Add ``jobs show`` and ``jobs list``."""
+    """Add ``jobs show``, ``jobs list`` and ``jobs reschedule``."""
     jobs = commands.add_parser(
         "jobs",
-        help="show one job or list a queue's jobs",
-        description="Inspect jobs: one by id, live or dead, or a queue's jobs in one state.",
+        help="show, list or reschedule jobs",
+        description=(
+            "Inspect jobs: one by id, live or dead, or a queue's jobs in one state; "
+            "reschedule a pending one."
+        ),
         epilog=epilog(
             examples=[
                 "alkstore-trio jobs show 42",
                 "alkstore-trio jobs list --queue emails --state pending",
+                "alkstore-trio jobs reschedule 42 --now",
             ]
         ),
         formatter_class=HelpFormatter,
@@ -97,6 +102,7 @@ def add_parser(
         help="which jobs: pending, processing or dead (required)",
     )
     add_list_options(listing)
+    add_reschedule(jobs_commands, env)  # Q16
 
 
 def add_list_options(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
+    from datetime import datetime
 
     from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
@@ -90,6 +91,10 @@ class ForwardingEngine:
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         return await self.inner.ack_batch(queue, job_ids)
 
+    # Q16 / R11
+    async def next_due_in_s(self, queue: str) -> float | None:
+        return await self.inner.next_due_in_s(queue)
+
     # -- the operator path -------------------------------------------------------------
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
@@ -114,3 +119,14 @@ class ForwardingEngine:
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         return await self.inner.sweep_expired(queue, retention_s)
+
+    # Q16
+    async def reschedule(
+        self,
+        queue: str,
+        job_id: int,
+        delay_s: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+    ) -> bool:
+        return await self.inner.reschedule(queue, job_id, delay_s, run_at, priority)

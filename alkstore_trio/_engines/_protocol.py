@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
+    from datetime import datetime
 
     from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from ._wake import WakeListener
@@ -127,6 +128,13 @@ class WorkPath(Protocol):
         in this queue, whoever holds it (no token check); how many."""
         ...
 
+    # Q16 / R11 (due times): how a worker learns when its queue's next delayed job is due.
+    async def next_due_in_s(self, queue: str) -> float | None:
+        """Q16: the seconds from now until the earliest ``run_at`` later than now among
+        this queue's pending rows (on the engine's clock), or ``None`` when there is
+        none. A read; workers ask it when a claim came back short (R11)."""
+        ...
+
 
 class OperatorPath(Protocol):
     """Reads and operator actions: off the hot path."""
@@ -168,6 +176,21 @@ class OperatorPath(Protocol):
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         """Q9, atomically."""
+        ...
+
+    # Q16: rescheduling a pending job.
+    async def reschedule(
+        self,
+        queue: str,
+        job_id: int,
+        delay_s: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+    ) -> bool:
+        """Q16: if this queue's row ``job_id`` is pending, set its ``run_at`` to now +
+        ``delay_s`` (>= 0), or to ``run_at``, or keep it (both ``None``), and its priority
+        (``None``: keep it), atomically; then wake the queue with the new due time
+        (R11). ``False``, and no effect, for a processing, dead or missing row."""
         ...
 
 

@@ -1,7 +1,8 @@
 """Wakes: how a claim loop blocks until work may be there, instead of polling.
 
-A wake says "this queue may have new work"; it carries nothing else and may be lost (the
-row is the truth, so a claim loop keeps a re-poll timer as a safety net). An engine
+A wake says "this queue may have new work" and, when the work is a delayed job, in how
+many seconds it is due (R11); it may be lost (the row is the truth, so a claim loop keeps
+a re-poll timer as a safety net). An engine
 publishes wakes into a :class:`WakeHub`; a claim loop subscribes with a
 :class:`WakeListener`, which *latches*: a wake that arrives while the loop is busy
 claiming is kept until the next :meth:`WakeListener.wait`, so no wake falls between
@@ -35,6 +36,10 @@ class WakeListener:
     def __init__(self, queues: frozenset[str]) -> None:
         self._queues = queues
         self._pending: set[str] = set()
+        # R11: per queue, the earliest trio time a job announced as delayed is due (by
+        # the wakes since the previous wait), and those handed out by the last wait.
+        self._due: dict[str, float] = {}
+        self._taken_due: dict[str, float] = {}
         self._event = trio.Event()
         self._closed = False
 
@@ -71,11 +76,34 @@ class WakeListener:
             raise StoreClosed("the store of this wake listener is closed")
         woken = frozenset(self._pending)
         self._pending.clear()
+        self._taken_due, self._due = self._due, {}
         self._event = trio.Event()
         return woken
 
-    def _deliver(self, queue: str) -> None:
+    def take_due(self) -> dict[str, float]:
+        """R11: the due times announced by the wakes that the last :meth:`wait` returned.
+
+        A wake for a delayed job (enqueued with a delay or a future ``run_at``, or
+        rescheduled to one) says when it is due. This maps each such queue to the
+        earliest of those times, in trio's clock (:func:`trio.current_time`: the delay
+        the engine announced, counted from when the wake arrived, so the worker's wall
+        clock plays no part). A claim loop that keeps a timer per queue wakes itself
+        then instead of waiting for its re-poll. Each call hands the times out once.
+
+        Example::
+
+            woken = await listener.wait()
+            for queue, at in listener.take_due().items():
+                ...  # claim from ``queue`` again at trio time ``at``
+        """
+        due, self._taken_due = self._taken_due, {}
+        return due
+
+    def _deliver(self, queue: str, due_in_s: float | None = None) -> None:
         self._pending.add(queue)
+        if due_in_s is not None:
+            at = trio.current_time() + due_in_s
+            self._due[queue] = min(at, self._due.get(queue, at))
         self._event.set()
 
     def _close(self) -> None:
@@ -99,6 +127,12 @@ class WakeHub:
         for queue in queues:
             for listener in self._by_queue.get(queue, ()):
                 listener._deliver(queue)
+
+    def publish_due(self, queue: str, due_in_s: float | None) -> None:
+        """R11: wake every listener of ``queue`` for a job due in ``due_in_s`` seconds
+        (> 0), or ready now (``None``: the same as :meth:`publish`)."""
+        for listener in self._by_queue.get(queue, ()):
+            listener._deliver(queue, due_in_s)
 
     def publish_all(self) -> None:
         """Wake every listener on every queue (e.g. after wakes may have been lost)."""

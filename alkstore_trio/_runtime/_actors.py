@@ -19,6 +19,8 @@ from .._errors import EngineError
 from ._events import describe
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .._store import JobHandle, Queue, Store
     from ._book import Claim
     from ._events import Reporter
@@ -28,9 +30,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """From the listener: these queues may have jobs ready."""
+    """From the listener: these queues may have jobs ready; and (R11) ``due``: when
+    delayed jobs announced by the wakes are due, per queue (trio time). From the timer:
+    a queue's delayed job is due now."""
 
     queues: frozenset[str]
+    due: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +82,10 @@ class HeartbeatsDue:
 
 
 Message: TypeAlias = "Wake | Tick | Stop | Finished | Claimed | HeartbeatRequest | HeartbeatsDue"
-#: What the dispatcher asks the timer for: a tick at a trio time (a delayed job becomes
-#: due), or a :class:`HeartbeatsDue` message at a trio time.
-TimerRequest: TypeAlias = "tuple[float, HeartbeatsDue | None]"
+#: What the dispatcher asks the timer for: a message at a trio time, a :class:`Wake` of a
+#: queue whose delayed job becomes due then (R11) or a :class:`HeartbeatsDue`; ``None``
+#: for a tick.
+TimerRequest: TypeAlias = "tuple[float, HeartbeatsDue | Wake | None]"
 
 
 def coalesced(message: Message) -> TypeGuard[Finished | HeartbeatRequest]:
@@ -105,7 +111,8 @@ async def serve_wakes(
         while True:
             woken = await listener.wait()
             if woken:
-                await inbox.send(Wake(woken))
+                # R11: and when the delayed jobs these wakes announced are due.
+                await inbox.send(Wake(woken, listener.take_due()))
 
 
 @dataclass(slots=True)
@@ -113,10 +120,10 @@ class Timers:
     """The timer actor's pending entries, kept outside it so a restart loses none:
     (trio time, sequence, message or ``None``: a tick)."""
 
-    heap: list[tuple[float, int, HeartbeatsDue | None]] = field(default_factory=list)
+    heap: list[tuple[float, int, HeartbeatsDue | Wake | None]] = field(default_factory=list)
     seq: int = 0
 
-    def push(self, at: float, message: HeartbeatsDue | None) -> None:
+    def push(self, at: float, message: HeartbeatsDue | Wake | None) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (at, self.seq, message))
 
@@ -129,9 +136,9 @@ async def serve_timer(
     *,
     task_status: trio.TaskStatus[None],
 ) -> None:
-    """R4: tick every ``poll_interval_s`` and when a delayed job the dispatcher told it
-    about becomes due; and tell the dispatcher when claims have run for one heartbeat
-    interval (R6)."""
+    """R4: tick every ``poll_interval_s``; R11: wake a queue when a delayed job the
+    dispatcher told it about becomes due; and tell the dispatcher when claims have run
+    for one heartbeat interval (R6)."""
     task_status.started()
     heap = timers.heap
     next_tick = trio.current_time() + poll_interval_s

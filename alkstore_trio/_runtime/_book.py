@@ -31,6 +31,7 @@ handler ended), :meth:`~ClaimBook.reported` (the dispatcher received that),
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -160,6 +161,11 @@ class ClaimBook:
         self.woken: set[str] = set(self.queues)
         self.stopping = False
         self._rotation = 0
+        #: R11: per queue, the earliest time a delayed job is known to be due (from a
+        #: wake, the worker's own retry or a lookup); ``inf``: none is; absent: unknown.
+        self.due: dict[str, float] = {}
+        #: R11: the queues whose next due time the dispatcher is to look up now.
+        self.lookups: set[str] = set()
         self.counts: dict[str, int] = dict.fromkeys(
             ("claimed", "acked", "retried", "dead_lettered", "released", "lease_lost"), 0
         )
@@ -237,6 +243,9 @@ class ClaimBook:
         longer woken); a full one leaves it woken (drain)."""
         if len(handles) < asked:
             self.woken.discard(queue)
+            # R11: drained; unless a later due time is known, find out when to look again.
+            if self.due.get(queue, -math.inf) <= now:
+                self.lookups.add(queue)
         interval = self.heartbeat_interval_s
         claims = []
         for handle in handles:
@@ -252,10 +261,47 @@ class ClaimBook:
         self.woken.update(queues)
 
     def tick(self) -> list[Claim]:
-        """The re-poll (R4): every queue is woken; returns the claims whose outcome
-        statement is due again (it failed before: R8)."""
+        """The re-poll (R4): every queue is woken, and its next due time is forgotten (a
+        short claim looks it up again: R11); returns the claims whose outcome statement
+        is due again (it failed before: R8)."""
         self.woken = set(self.queues)
+        self.due.clear()
         return [claim for claim in self.claims if claim.state is ClaimState.SETTLING]
+
+    # --- due times (R11) -------------------------------------------------------------
+
+    def announced(self, queue: str, at: float, now: float) -> bool:
+        """A job of ``queue`` is due at ``at`` (a wake said so at ``now``, or this worker
+        retried it with that delay). True: ask the timer to wake the queue then (it is
+        earlier than any due time known). An unknown due time (or one that passed) stays
+        unknown: an earlier job may exist that no wake announced (one enqueued before
+        the worker listened, or after the known one)."""
+        known = self.due.get(queue)
+        if known is None or known <= now:
+            return True
+        if at < known:
+            self.due[queue] = at
+            return True
+        return False
+
+    def looked_up(self, queue: str, at: float) -> bool:
+        """A lookup found ``queue``'s next delayed job due at ``at`` (``inf``: none).
+        True: ask the timer to wake the queue then."""
+        self.lookups.discard(queue)
+        known = self.due.get(queue, math.inf)
+        self.due[queue] = min(known, at)
+        return at < math.inf
+
+    def lookup_failed(self, queue: str) -> None:
+        """A lookup failed: the due time stays unknown (the next short claim or tick
+        tries again, R8)."""
+        self.lookups.discard(queue)
+
+    def retried_unknown(self, queue: str) -> None:
+        """This worker retried a job of ``queue`` with the store's backoff delay (drawn
+        in the store, D2): look the due time up now."""
+        self.due.pop(queue, None)
+        self.lookups.add(queue)
 
     # --- job actors (R5, item 5) -----------------------------------------------------
 

@@ -69,6 +69,7 @@ from ._asyncio import open_loop_if_needed
 from ._book import LEASE_UNCERTAIN, WORKER_STOPPED, ClaimBook, Outcome, Verdict
 from ._book import heartbeat_groups as _heartbeat_groups
 from ._checks import check_count, check_handlers, positive
+from ._due import DueTimes
 from ._events import ERROR_MAX_CHARS, EVENT_KINDS, Reporter, WorkerEvent, WorkerStatistics
 from ._events import describe as _describe
 from ._jobs import JobActors
@@ -210,6 +211,7 @@ class Worker:
         self._timer_inbox: trio.MemorySendChannel[TimerRequest] | None = None
         self._counts: dict[str, int] = {"engine_errors": 0}
         self._actors = JobActors(self._book, self._reporter, self._job_timeout_s)
+        self._due = DueTimes(self._book, self._queue_by_name, self._engine_error)
 
     def __repr__(self) -> str:
         names = ", ".join(q.name for q in self._queues)
@@ -346,6 +348,7 @@ class Worker:
         inbox_send, inbox = trio.open_memory_channel[Message](math.inf)
         timer_send, timer_inbox = trio.open_memory_channel[TimerRequest](math.inf)
         self._inbox, self._timer_inbox = inbox_send, timer_send
+        self._due.timer = timer_send
         self._actors.inbox = inbox_send
         if self._book.stopping:
             inbox_send.send_nowait(Stop())
@@ -417,6 +420,7 @@ class Worker:
         if not book.pipelined:
             while not book.stopping:
                 await self._claim()
+                await self._due.look_up()  # R11: when the drained queues' next jobs are due
                 await self._handle(await inbox.receive(), inbox)
             return
         # Pipelined (prefetch): a claim statement is in flight, on a connection of its
@@ -424,6 +428,7 @@ class Worker:
         async with trio.open_nursery() as claims:
             while not book.stopping:
                 self._send_pipelined_claim(claims)
+                await self._due.look_up()
                 await self._handle(await inbox.receive(), inbox)
 
     def _send_pipelined_claim(self, nursery: trio.Nursery) -> None:
@@ -460,7 +465,7 @@ class Worker:
         if coalesced(message):
             await self._apply_coalesced(message, inbox)
         elif isinstance(message, Wake):
-            self._book.wake(message.queues)
+            self._due.on_wake(message)
         elif isinstance(message, Tick):
             await self._apply_groups(self._book.tick())
         elif isinstance(message, HeartbeatsDue):
@@ -699,9 +704,8 @@ class Worker:
                 error=outcome.error,
                 delay_s=outcome.delay_s,
             )
-        if result in ("retry", "release") and outcome.delay_s is not None:
-            assert self._timer_inbox is not None
-            self._timer_inbox.send_nowait((trio.current_time() + outcome.delay_s, None))
+        if result in ("retry", "release"):
+            self._due.retried(claim.queue, outcome.delay_s)
 
     # --- graceful stop ---------------------------------------------------------------
 

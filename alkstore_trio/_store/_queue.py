@@ -10,6 +10,7 @@ import trio
 
 from .._core import Job, JobState, QueueOpts, SweepResult
 from .._core import _validate as v
+from .._core._reschedule import check_reschedule
 from .._engines._protocol import Claim, FailItem
 from .._errors import InvalidArgument
 from ._handle import JobHandle, _consume_all, retry_item
@@ -463,6 +464,60 @@ class Queue:
         self._store._check_open()
         checked = v.check_job_id(job_id)
         return await self._engine.cancel(self._name, checked)
+
+    # --- Q16: rescheduling, and the next due time (R11) ---------------------------------
+
+    async def reschedule(
+        self,
+        job_id: int,
+        *,
+        delay_s: float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+    ) -> bool:
+        """Change a pending job's due time or priority (Q16), and wake the queue so that
+        workers start it on time (R11).
+
+        Example::
+
+            await queue.reschedule(job_id, delay_s=0)           # run it now
+            await queue.reschedule(job_id, run_at=tomorrow_9am)  # or later
+            await queue.reschedule(job_id, priority=10)          # keep its time
+
+        Args:
+            job_id: The job (of this queue).
+            delay_s: Due ``delay_s`` seconds from now (a negative delay means now).
+            run_at: Due at this timezone-aware datetime (give ``delay_s`` or ``run_at``,
+                not both; neither keeps the job's ``run_at``).
+            priority: Its new priority (a 32-bit signed int), or ``None`` to keep it.
+
+        Returns:
+            ``True`` if the job was pending and now has the new values; ``False`` (and
+            nothing changed) when it is processing, dead or not a job of this queue.
+
+        Raises:
+            InvalidArgument: both ``delay_s`` and ``run_at``, nothing to change, or an
+                invalid value (nothing changed).
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        checked = v.check_job_id(job_id)
+        spec = check_reschedule(delay_s, run_at, priority)
+        return await self._engine.reschedule(
+            self._name, checked, spec.delay_s, spec.run_at, spec.priority
+        )
+
+    async def next_due_in_s(self) -> float | None:
+        """How long until this queue's next delayed job is due (Q16): the seconds from
+        now (on the store's clock) until the earliest ``run_at`` of its pending jobs that
+        are not due yet, or ``None`` when there is none. Workers ask it when a claim came
+        back short, to wake when that job is due (R11).
+
+        Raises:
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        return await self._engine.next_due_in_s(self._name)
 
     async def get_job(self, job_id: int) -> Job | None:
         """Read this queue's job, live or dead (Q8); ``None`` if there is none."""

@@ -631,6 +631,42 @@ class ReferenceModel:
                 del self._rows[job_id]
         return len(doomed)
 
+    # -- Q16: rescheduling and the next due time ------------------------------------------
+
+    def reschedule(
+        self,
+        queue: str,
+        job_id: int,
+        *,
+        delay_s: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+        now: datetime,
+    ) -> bool:
+        """Q16: a pending row of this queue gets ``run_at`` = now + delay (a negative delay
+        is now), or ``run_at`` as given, or keeps it; and the priority, or keeps it."""
+        job = self._rows.get(job_id)
+        if job is None or job.queue != queue or job.state != "pending":
+            return False
+        new_run_at = job.run_at
+        if delay_s is not None:
+            new_run_at = _after(now, max(delay_s, 0.0))
+        elif run_at is not None:
+            new_run_at = run_at.astimezone(UTC)
+        new_priority = job.priority if priority is None else priority
+        self._rows[job_id] = replace(job, run_at=new_run_at, priority=new_priority)
+        return True
+
+    def next_due_in_s(self, queue: str, *, now: datetime) -> float | None:
+        """Q16: seconds until the earliest ``run_at`` after now of this queue's pending
+        rows, or ``None``."""
+        later = [
+            job.run_at
+            for job in self._rows.values()
+            if job.queue == queue and job.state == "pending" and job.run_at > now
+        ]
+        return (min(later) - now).total_seconds() if later else None
+
     # -- internals ---------------------------------------------------------------------
 
     def _reserve_id(self) -> int:

@@ -428,6 +428,7 @@ async def test_q12_a_naive_datetime_is_invalid_argument_wherever_the_api_takes_a
         "Queue.enqueue.run_at",
         "Queue.enqueue_many.run_at",
         "Transaction.enqueue.run_at",
+        "Queue.reschedule.run_at",  # Q16
         "ManualClock.__init__.start",
         "ManualClock.set.when",
         "TrioClock.__init__.start",
@@ -452,6 +453,8 @@ async def test_q12_a_naive_datetime_is_invalid_argument_wherever_the_api_takes_a
                 await tx.enqueue(queue, b"x", run_at=NAIVE)
         stats = await store.stats()
         assert (stats.ids_issued, stats.queues) == (0, ())  # nothing enqueued
+        with pytest.raises(InvalidArgument, match="run_at"):
+            await queue.reschedule(1, run_at=NAIVE)
 
     with pytest.raises(InvalidArgument, match="start"):
         ManualClock(NAIVE)

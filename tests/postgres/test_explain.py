@@ -28,6 +28,7 @@ import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -330,6 +331,32 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ("older than a week", {"queue": QUEUE, "older_than_s": 7 * 86400.0}),
             ("all", {"queue": QUEUE, "older_than_s": None}),
         ],
+        # Q16
+        "reschedule": [
+            (
+                "delay",
+                {
+                    "queue": QUEUE,
+                    "id": data.pending_id,
+                    "delay_s": 60.0,
+                    "run_at": None,
+                    "priority": None,
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                },
+            ),
+            (
+                "run_at and priority",
+                {
+                    "queue": QUEUE,
+                    "id": data.pending_id,
+                    "delay_s": None,
+                    "run_at": datetime(2100, 1, 1, tzinfo=UTC),
+                    "priority": 5,
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                },
+            ),
+        ],
+        "next_due": [("one queue", {"queue": QUEUE})],
     }
     return table[name]
 

@@ -90,6 +90,7 @@ FRAGMENT_USERS = {
     "new_jobs": {"enqueue_many", "enqueue_one"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
     "claim_order": {"claim", "ack_claims_and_claim"},  # the core's, not queries.sql's
+    "wake_due": {"enqueue_many", "enqueue_one"},  # R11
 }  # fmt: skip
 
 
@@ -143,6 +144,7 @@ CONTRACT_WORDS = {
     "fail_claims", "cancel", "get_job", "sweep_expired", "schema_version", "find_job",
     "list_live", "list_dead", "stats", "requeue_dead", "requeue_dead_all", "purge_dead",
     "count_dead",
+    "reschedule", "next_due",  # Q16
 }  # fmt: skip
 
 

@@ -566,14 +566,17 @@ async def test_r3_a_wake_starts_a_job_without_waiting_for_the_poll(autojump_cloc
     assert handler.starts == [(job_id, 1, approx(5.0))]
 
 
-async def test_r4_the_repoll_picks_up_a_delayed_job(autojump_clock, store):
-    queue = store.queue("q")
-    job_id = await queue.enqueue(b"x", delay_s=7)
+async def test_r4_the_repoll_picks_up_a_lapsed_claim(autojump_clock, store):
+    # No wake announces a lease running out (R11 covers delayed jobs only): the re-poll
+    # finds the job that another worker claimed and abandoned.
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=7))
+    job_id = await queue.enqueue(b"x")
+    assert await queue.claim_one("gone") is not None
     handler = Recorder()
     worker = Worker(store, {queue: handler}, poll_interval_s=5)
     async with running(worker):
         await wait_until(lambda: worker.statistics().acked == 1)
-    assert handler.starts == [(job_id, 1, pytest.approx(10.0, abs=0.02))]
+    assert handler.starts == [(job_id, 2, pytest.approx(10.0, abs=0.02))]
 
 
 async def test_r4_a_known_delay_wakes_the_dispatcher_when_due(autojump_clock, store):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
+from ..._core._reschedule import RescheduleSpec, due_in_s, spec_due_in_s
 from ..._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
@@ -163,7 +164,7 @@ class MemoryEngine:
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
         def run(table: JobTable, now: datetime) -> list[int]:
             ids = table.enqueue(specs, now)
-            self.wakes.publish({spec.queue for spec in specs})
+            _publish_specs(self.wakes, specs, now)
             return ids
 
         return await self._call(run)
@@ -194,6 +195,10 @@ class MemoryEngine:
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         return await self._call(lambda table, now: table.ack_batch(queue, job_ids, now))
+
+    # Q16 / R11
+    async def next_due_in_s(self, queue: str) -> float | None:
+        return await self._call(lambda table, now: table.next_due_in_s(queue, now))
 
     # -- the operator path -------------------------------------------------------------
 
@@ -227,6 +232,25 @@ class MemoryEngine:
         return await self._call(
             lambda table, now: table.purge_dead(queue, older_than_s, now, dry_run=dry_run)
         )
+
+    # Q16
+    async def reschedule(
+        self,
+        queue: str,
+        job_id: int,
+        delay_s: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+    ) -> bool:
+        spec = RescheduleSpec(delay_s, run_at, priority)
+
+        def run(table: JobTable, now: datetime) -> bool:
+            job = table.reschedule(queue, job_id, spec, now)
+            if job is not None:
+                self.wakes.publish_due(queue, due_in_s(job.run_at, now))
+            return job is not None
+
+        return await self._call(run)
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 
@@ -295,6 +319,23 @@ class MemoryTransaction:
 
         def run(table: JobTable, now: datetime) -> None:
             table.insert(rows, now)
-            backend.wakes.publish({spec.queue for _, spec in rows})
+            _publish_specs(backend.wakes, [spec for _, spec in rows], now)
 
         await backend._call(run)
+
+
+def _publish_specs(wakes: WakeHub, specs: Sequence[EnqueueSpec], now: datetime) -> None:
+    """Wake the queues of these enqueued rows: once for the rows ready now, once with
+    the earliest due time of the delayed ones (R11)."""
+    ready: set[str] = set()
+    due: dict[str, float] = {}
+    for spec in specs:
+        # The usual row, ready now, costs what the set of queues cost before R11.
+        seconds = None if spec.delay_s is None and spec.run_at is None else spec_due_in_s(spec, now)
+        if seconds is None:
+            ready.add(spec.queue)
+        else:
+            due[spec.queue] = min(seconds, due.get(spec.queue, seconds))
+    wakes.publish(ready)
+    for queue, seconds in due.items():
+        wakes.publish_due(queue, seconds)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from ..._core import EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
 from ..._core import _transitions as t
+from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -379,6 +380,38 @@ class JobTable:
             del self._dead[job_id]
             purged += 1
         return SweepResult(expired, purged)
+
+    # -- Q16: rescheduling, and the next due time (R11) --------------------------------
+
+    def reschedule(
+        self, queue: str, job_id: int, spec: RescheduleSpec, now: datetime
+    ) -> Job | None:
+        """Q16: give this queue's pending row its new ``run_at`` and priority; the new
+        row, or ``None`` (processing, dead or missing: nothing changes)."""
+        self._observe(now)
+        job = self._live.get(job_id)
+        if not is_reschedulable(job, queue):
+            return None
+        assert job is not None
+        new = rescheduled(job, now, spec)
+        self._set_live(new, now)
+        return new
+
+    def next_due_in_s(self, queue: str, now: datetime) -> float | None:
+        """Q16: seconds until the earliest future ``run_at`` of this queue's pending rows
+        (the top of its ``delayed`` heap, once the due and stale entries are off it)."""
+        self._observe(now)
+        index = self._queues.get(queue)
+        if index is None:
+            return None
+        self._promote_due(index, now)
+        delayed = index.delayed
+        while delayed:
+            run_at, job_id, gen = delayed[0]
+            if self._gen.get(job_id) == gen:
+                return due_in_s(run_at, now)
+            heapq.heappop(delayed)
+        return None
 
     # -- internals ---------------------------------------------------------------------
 

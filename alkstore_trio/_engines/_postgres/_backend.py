@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypedDict
@@ -320,6 +321,11 @@ class PostgresEngine:
         ((count,),) = await self._run("ack_batch", params)
         return int(count)
 
+    # Q16 / R11
+    async def next_due_in_s(self, queue: str) -> float | None:
+        ((seconds,),) = await self._run("next_due", {"queue": queue})
+        return None if seconds is None else float(seconds)
+
     # -- the operator path -------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: int) -> bool:
@@ -388,6 +394,26 @@ class PostgresEngine:
         name = "count_dead" if dry_run else "purge_dead"
         ((count,),) = await self._run(name, {"queue": queue, "older_than_s": older_than_s})
         return int(count)
+
+    # Q16
+    async def reschedule(
+        self,
+        queue: str,
+        job_id: int,
+        delay_s: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+    ) -> bool:
+        params: dict[str, object] = {
+            "queue": queue,
+            "id": job_id,
+            "delay_s": delay_s,
+            "run_at": run_at,
+            "priority": priority,
+            "channel": self._channel(queue),
+        }
+        ((count, _),) = await self._run("reschedule", params)
+        return bool(count)
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 
@@ -549,14 +575,42 @@ class PostgresEngine:
                     self._listen_wait.cancel()
                 notes = await conn.wait_notifies(timeout_s=None)
             self._listen_wait = None
-            queues = {self._channels[n.channel] for n in notes if n.channel in self._channels}
-            self.wakes.publish(queues)
+            self._publish_notes(notes)
+
+    def _publish_notes(self, notes: list[_driver.Notify]) -> None:
+        """Wake the notified queues: once for the notifications of jobs ready now, once
+        with the earliest due time of the delayed ones (R11: the payload is the seconds
+        until due; '' or anything unreadable means ready now)."""
+        channels = self._channels
+        ready: set[str] = set()
+        due: dict[str, float] = {}
+        for note in notes:
+            queue = channels.get(note.channel)
+            if queue is None:
+                continue
+            seconds = _due_in_s(note.payload) if note.payload else None
+            if seconds is None:
+                ready.add(queue)
+            else:
+                due[queue] = min(seconds, due.get(queue, seconds))
+        self.wakes.publish(ready)
+        for queue, seconds in due.items():
+            self.wakes.publish_due(queue, seconds)
 
     def _poke_listener(self) -> None:
         """Make the listener task look at its channels again (or notice the close)."""
         self._listen_changed = True
         if self._listen_wait is not None:
             self._listen_wait.cancel()
+
+
+def _due_in_s(payload: str) -> float | None:
+    """R11: a wake's payload as seconds until due (> 0 and finite), else ``None``."""
+    try:
+        seconds = float(payload)
+    except ValueError:
+        return None
+    return seconds if 0 < seconds < math.inf else None
 
 
 def _claim_params(

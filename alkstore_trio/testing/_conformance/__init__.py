@@ -1,4 +1,4 @@
-"""The conformance suite: the queue contract (rules Q1-Q13) as checks any engine must pass.
+"""The conformance suite: the queue contract (rules Q1-Q13, Q16) as checks any engine must pass.
 
 Why a suite of plain async functions rather than a pytest module: the contract binds every
 engine, including engines written outside this repository, so the checks must run anywhere
@@ -180,6 +180,15 @@ from .q13_heartbeat_retry_fail_handles import (
     q13_retry_handles_dead_letters_claims_on_their_last_attempt,
     q13_retry_handles_retries_valid_claims_and_refuses_stale_ones,
 )
+from .q16_reschedule import (
+    q16_a_rescheduled_job_is_claimed_at_its_new_time_and_place,
+    q16_every_wake_of_a_delayed_job_says_when_it_is_due,
+    q16_next_due_in_s_is_the_earliest_future_run_at_of_the_queue,
+    q16_reschedule_changes_a_pending_jobs_run_at_and_priority,
+    q16_reschedule_refuses_processing_dead_missing_and_other_queue_jobs,
+    q16_reschedule_rejects_bad_arguments_without_effect,
+    q16_reschedule_wakes_the_queue_with_the_new_due_time,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -304,6 +313,14 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     d30_headers_are_kept_for_the_jobs_whole_life,
     d30_every_way_to_enqueue_takes_headers,
     d30_headers_are_validated_without_effect,
+    # Q16 rescheduling and due times
+    q16_reschedule_changes_a_pending_jobs_run_at_and_priority,
+    q16_a_rescheduled_job_is_claimed_at_its_new_time_and_place,
+    q16_reschedule_refuses_processing_dead_missing_and_other_queue_jobs,
+    q16_reschedule_rejects_bad_arguments_without_effect,
+    q16_every_wake_of_a_delayed_job_says_when_it_is_due,
+    q16_reschedule_wakes_the_queue_with_the_new_due_time,
+    q16_next_due_in_s_is_the_earliest_future_run_at_of_the_queue,
 )
 
 

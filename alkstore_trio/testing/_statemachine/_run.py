@@ -17,6 +17,7 @@ import hypothesis.strategies as st
 from ..._core import Headers, Job, JobState
 from ..._errors import HandleConsumed
 from ._drawing import _draw_step
+from ._q16 import NextDue, Reschedule, apply_next_due, apply_reschedule
 from ._steps import (
     _ONE_MICROSECOND,
     _RETENTIONS,
@@ -215,6 +216,11 @@ class _Run:
                 return await self._transaction(step, now)
             case Crash():
                 return self._crash(step)
+            # Q16
+            case Reschedule():
+                return await apply_reschedule(self, step, now)
+            case NextDue():
+                return await apply_next_due(self, step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------

@@ -196,6 +196,23 @@ woken AS (
 )
 SELECT (SELECT count(*) FROM revived), (SELECT count(*) FROM woken)
 
+-- fragment: wake_due
+-- R11: the enqueue wake's payload: in how many seconds the enqueued rows are due, on the
+-- database clock (delay_s, which wins, or run_at less this statement's alk_now()), as
+-- float8 text; '' when they are ready now (a listener reads a number <= 0 as ready now
+-- too). A listener adds it to its own monotonic clock when the wake arrives, so no wall
+-- clock is compared with another. (In a transaction the wake arrives at commit, and the
+-- due time is counted from then: late by the time from this statement to the commit.)
+-- Plain expressions over the parameters, no subquery: the enqueue plans as fast as with
+-- the constant '' it replaced.
+CASE
+    WHEN %(delay_s)s::float8 IS NOT NULL
+        THEN CASE WHEN %(delay_s)s::float8 > 0 THEN %(delay_s)s::float8::text ELSE '' END
+    ELSE coalesce(
+        pg_catalog.date_part('epoch', %(run_at)s::timestamptz - @schema@.alk_now())::text, ''
+    )
+END
+
 -- name: enqueue_many
 -- Q2: one row per payload (in order), resolved with one clock read, all with the same
 -- headers (D30: JSON text, '{}' for none); the wake is a NOTIFY, delivered at commit.
@@ -207,7 +224,7 @@ WITH inserted AS (
     RETURNING id
 )
 SELECT inserted.id
-FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake
+FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, {wake_due})) AS wake
 ORDER BY inserted.id;
 
 -- name: enqueue_one
@@ -219,7 +236,7 @@ WITH inserted AS (
     RETURNING id
 )
 SELECT inserted.id
-FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
+FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, {wake_due})) AS wake;
 
 -- name: claim
 -- Q3: the pre-claim sweep (its dead-letter moves counted: D27) and up to n claims, in
@@ -520,6 +537,56 @@ purged AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM purged);
+
+-- name: reschedule
+-- Q16: this queue's pending row gets its new run_at (now + delay_s, or run_at, or kept)
+-- and priority (or kept); the queue is woken with the new due time (R11: the seconds
+-- from now, '' when it is due already). The count changed (0 or 1) and of wakes sent.
+-- The row is found by primary key (`IS TRUE`: see the top of this file).
+WITH moved AS (
+    UPDATE @schema@.jobs SET
+        run_at = CASE
+            WHEN %(delay_s)s::float8 IS NOT NULL
+                THEN @schema@.alk_now() + %(delay_s)s::float8 * interval '1 second'
+            ELSE coalesce(%(run_at)s::timestamptz, run_at)
+        END,
+        priority = coalesce(%(priority)s::integer, priority)
+    WHERE id = %(id)s::bigint AND queue = %(queue)s::text AND (state = 'pending') IS TRUE
+    RETURNING run_at
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, coalesce((
+        SELECT pg_catalog.date_part('epoch', m.run_at - @schema@.alk_now())::text
+        WHERE m.run_at > @schema@.alk_now()
+    ), ''))
+    FROM moved AS m
+)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken);
+
+-- name: next_due
+-- Q16 (next_due_in_s): the seconds from now until the earliest run_at later than now of
+-- this queue's pending rows (NULL: none). A loose scan of the claim index: one probe per
+-- distinct priority of the queue's pending rows, then, per priority, one probe for its
+-- first run_at after now; never a walk of the queue's rows.
+WITH RECURSIVE priorities (priority) AS (
+    (SELECT j.priority FROM @schema@.jobs AS j
+     WHERE j.queue = %(queue)s::text AND j.state = 'pending'
+     ORDER BY j.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM @schema@.jobs AS j
+            WHERE j.queue = %(queue)s::text AND j.state = 'pending'
+                AND j.priority < p.priority
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM priorities AS p WHERE p.priority IS NOT NULL
+)
+SELECT pg_catalog.date_part('epoch', min(n.run_at) - @schema@.alk_now())
+FROM priorities AS p
+CROSS JOIN LATERAL (
+    SELECT j.run_at FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.priority = p.priority
+        AND j.run_at > @schema@.alk_now()
+    ORDER BY j.run_at LIMIT 1
+) AS n;
 
 -- name: schema_version
 SELECT version FROM @schema@.alk_schema_version;
