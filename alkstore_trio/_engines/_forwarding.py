@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
     from ._wake import WakeListener
 
@@ -114,3 +115,11 @@ class ForwardingEngine:
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         return await self.inner.sweep_expired(queue, retention_s)
+
+    # -- Q17 periodic jobs ---------------------------------------------------------------
+
+    async def fire_periodic(self, schedules: Sequence[Periodic]) -> PeriodicTick:
+        return await self.inner.fire_periodic(schedules)
+
+    async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
+        return await self.inner.list_periodic(stale_after_s)

@@ -72,12 +72,13 @@ from ._checks import check_count, check_handlers, positive
 from ._events import ERROR_MAX_CHARS, EVENT_KINDS, Reporter, WorkerEvent, WorkerStatistics
 from ._events import describe as _describe
 from ._jobs import JobActors
+from ._periodic import PeriodicActor
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
-    from .._core import Job
+    from .._core import Job, Periodic
     from .._store import JobHandle, Queue, Store
     from ._book import Claim
     from ._supervisor import Supervisor
@@ -144,6 +145,7 @@ class Worker:
         max_restarts: Restarts of the long-lived actors allowed within
             ``restart_window_s`` before the worker fails (>= 0).
         restart_window_s: The sliding window of ``max_restarts`` (> 0).
+        periodic: :class:`~alkstore_trio.Periodic` schedules to fire, once per fleet (Q17.8).
 
     Raises:
         InvalidArgument: An argument is invalid (nothing was started).
@@ -165,8 +167,9 @@ class Worker:
         max_restarts: int = 3,
         restart_window_s: float = 60.0,
         prefetch: int = 0,
+        periodic: Iterable[Periodic] = (),
     ) -> None:
-        self._store = store
+        self._store, self._periodic = store, PeriodicActor.of(store, periodic)
         concurrency = check_count("concurrency", concurrency, minimum=1)
         claim_batch_max = check_count("claim_batch_max", claim_batch_max, minimum=1)
         self._max_restarts = check_count("max_restarts", max_restarts, minimum=0)
@@ -406,6 +409,7 @@ class Worker:
                 self._counts,
                 name="sweeper",
             )
+            await self._periodic.start(supervisor, self._reporter, self._counts)
             task_status.started()
             await self._dispatch(inbox)
 

@@ -143,6 +143,7 @@ CONTRACT_WORDS = {
     "fail_claims", "cancel", "get_job", "sweep_expired", "schema_version", "find_job",
     "list_live", "list_dead", "stats", "requeue_dead", "requeue_dead_all", "purge_dead",
     "count_dead",
+    "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip
 
 
