@@ -194,7 +194,8 @@ class Store:
             StoreClosed: the store is closed.
         """
         self._check_open()
-        checked = periodic.check_schedules(schedules)
+        # Name order: every engine enqueues (and numbers) the jobs in the same order.
+        checked = tuple(sorted(periodic.check_schedules(schedules), key=lambda p: p.name))
         if not checked:
             raise InvalidArgument("schedules must hold at least one Periodic; got none")
         for p in checked:
