@@ -82,8 +82,8 @@ class Periodic:
         name: The schedule's identity in the store (1-200 characters, storable text).
             Two workers declaring the same name serve the same schedule.
         queue: The queue its jobs go to (a queue name; Q1's rules).
-        cron: A five-field cron expression (needs ``alkstore_trio[cron]``), evaluated in
-            ``tz``. Exactly one of ``cron`` and ``every_s``.
+        cron: A cron expression of five fields, or six with seconds first (needs
+            ``alkstore_trio[cron]``), evaluated in ``tz``. Exactly one of ``cron`` and ``every_s``.
         every_s: Seconds between fire times (0.001 .. 366 days); the first fire time is
             ``every_s`` after the schedule is first declared, then every ``every_s`` on
             that grid.

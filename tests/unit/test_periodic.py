@@ -119,3 +119,16 @@ def test_q17_1_expressions_are_normalized_and_shown():
     assert p.expression == "cron:0 7 * * 1-5"
     assert Periodic("p", "q", every_s=90).expression == "every:90.0s"
     assert "payload" not in repr(Periodic("p", "q", every_s=1, payload=b"secret"))
+
+
+@pytest.mark.parametrize("cron", ["*/30 * * * *", "30 2 * * *", "0 3 * * *"])
+def test_q17_5_backfill_across_dst_days_agrees_with_the_walk_forward(cron):
+    """The catch-up walks back from the upcoming fire time; across both DST changes of
+    the year it finds exactly the fire times a call every minute would have fired."""
+    p = Periodic("p", "q", cron=cron, tz="Europe/Berlin", catch_up=1000)
+    for start in (utc(2026, 3, 28), utc(2026, 10, 24)):
+        end = start + timedelta(days=2)
+        stepped = walk(p, start, end, 60)
+        first = plan_fires(p, None, start).next_fire_at
+        backfilled = plan_fires(p, first, end)
+        assert list(backfilled.fires) == [f for f in stepped if f <= end]
