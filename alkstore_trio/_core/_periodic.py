@@ -169,7 +169,7 @@ class Periodic:
 
     # -- fire-time arithmetic (instants are aware UTC datetimes) ------------------------
 
-    def first_fire_after(self, now: datetime) -> datetime:
+    def _first_fire_after(self, now: datetime) -> datetime:
         """The first fire time of a row made (or re-defined) at ``now``."""
         if self.every_s is not None:
             return now + _step(self.every_s)
@@ -217,7 +217,7 @@ def plan_fires(p: Periodic, next_fire_at: datetime | None, now: datetime) -> Fir
     The new ``next_fire_at`` is the first fire time after ``now``.
     """
     if next_fire_at is None:
-        return FirePlan((), p.first_fire_after(now))
+        return FirePlan((), p._first_fire_after(now))
     if next_fire_at > now:
         return FirePlan((), next_fire_at)
     if p.every_s is not None:

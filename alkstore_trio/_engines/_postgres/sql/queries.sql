@@ -700,11 +700,11 @@ WHERE queue = %(queue)s::text
 -- client sorts them), so two workers declaring overlapping sets never deadlock. Each
 -- row's next_fire_at as it was kept, and the clock read.
 INSERT INTO @schema@.periodic AS p (name, queue, expression, tz, next_fire_at, last_seen_at)
-SELECT d.name, d.queue, d.expression, d.tz, NULL, t.now
+SELECT c.name, c.queue, c.expression, c.tz, NULL, t.now
 FROM (SELECT @schema@.alk_now() AS now) AS t,
     unnest(%(names)s::text[], %(queues)s::text[], %(expressions)s::text[], %(tzs)s::text[])
-        WITH ORDINALITY AS d (name, queue, expression, tz, ord)
-ORDER BY d.ord
+        WITH ORDINALITY AS c (name, queue, expression, tz, ord)
+ORDER BY c.ord
 ON CONFLICT (name) DO UPDATE SET
     queue = excluded.queue,
     expression = excluded.expression,
@@ -719,10 +719,10 @@ RETURNING p.name, p.next_fire_at, p.last_seen_at;
 -- Q17.2: the rows' next fire times, and the latest fire time that got a job (NULL:
 -- none this time, the old value stays).
 UPDATE @schema@.periodic AS p
-SET next_fire_at = a.next_fire_at, last_fire_at = coalesce(a.last_fire_at, p.last_fire_at)
+SET next_fire_at = c.next_fire_at, last_fire_at = coalesce(c.last_fire_at, p.last_fire_at)
 FROM unnest(%(names)s::text[], %(nexts)s::timestamptz[], %(lasts)s::timestamptz[])
-    AS a (name, next_fire_at, last_fire_at)
-WHERE p.name = a.name;
+    AS c (name, next_fire_at, last_fire_at)
+WHERE p.name = c.name;
 
 -- name: list_periodic
 -- Q17.6: every schedule's row by name; stale when unseen for more than stale_after_s.
