@@ -27,6 +27,10 @@ import logging as _logging
 from ._core import Headers as Headers
 from ._core import Job as Job
 from ._core import JobState as JobState
+from ._core import Periodic as Periodic
+from ._core import PeriodicFired as PeriodicFired
+from ._core import PeriodicInfo as PeriodicInfo
+from ._core import PeriodicTick as PeriodicTick
 from ._core import QueueOpts as QueueOpts
 from ._core import QueueStats as QueueStats
 from ._core import StoreStats as StoreStats

@@ -3,7 +3,8 @@
 
 A mistake in the command line is a :class:`QueueSpecError` (usage error, status 2); a
 module that exists but raises while it is imported is a :class:`HandlerImportFailed`
-(status 1: the fix is in that module).
+(status 1: the fix is in that module). ``--periodic MODULE:ATTR`` (Q17) names the
+worker's schedules the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from .._core import Periodic  # Q17
 from .._core import _validate as v
+from .._core._periodic import check_schedules  # Q17
 from .._errors import InvalidArgument
 from .._util import is_async_callable
 
@@ -105,26 +108,27 @@ def make_cwd_importable() -> None:
     sys.path.insert(0, cwd)
 
 
-def _import(spec: QueueSpec) -> Any:
+def _import(spec: QueueSpec | PeriodicSpec) -> Any:
+    flag = "--periodic" if isinstance(spec, PeriodicSpec) else "--queue"
     try:
         return importlib.import_module(spec.module)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if spec.module == missing or spec.module.startswith(missing + "."):
             raise QueueSpecError(
-                f"--queue {str(spec)!r}: no module named {missing!r} (searched the current "
+                f"{flag} {str(spec)!r}: no module named {missing!r} (searched the current "
                 "directory, PYTHONPATH and the installed packages); run the command from "
                 "the directory that holds it, or add that directory to PYTHONPATH"
             ) from None
         raise HandlerImportFailed(
-            f"--queue {str(spec)!r}: importing {spec.module!r} failed: {exc}; install "
+            f"{flag} {str(spec)!r}: importing {spec.module!r} failed: {exc}; install "
             f"the package it needs (or run python -c 'import {spec.module}' to see the "
             "traceback)"
         ) from exc
     except Exception as exc:
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise HandlerImportFailed(
-            f"--queue {str(spec)!r}: importing {spec.module!r} failed: {reason}; fix the "
+            f"{flag} {str(spec)!r}: importing {spec.module!r} failed: {reason}; fix the "
             f"module (run python -c 'import {spec.module}' to see the traceback)"
         ) from exc
 
@@ -186,3 +190,62 @@ def load_handlers(specs: Iterable[QueueSpec]) -> dict[str, Handler]:
             )
         seen[spec.queue] = spec
     return {spec.queue: load_handler(spec) for spec in specs}
+
+
+# -- Q17: --periodic MODULE:ATTR ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicSpec:
+    """One parsed ``--periodic MODULE:ATTR`` value."""
+
+    module: str
+    attr: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.attr}"
+
+
+def parse_periodic_spec(text: str) -> PeriodicSpec:
+    """``MODULE:ATTR`` (dotted names allowed on both sides); syntax only."""
+    module, sep, attr = text.partition(":")
+    if not sep or not _dotted(module) or not _dotted(attr):
+        raise QueueSpecError(
+            f"--periodic {text!r} must be MODULE:ATTR naming a Periodic or a list of them "
+            "(e.g. myapp.schedules:PERIODIC)"
+        )
+    return PeriodicSpec(module, attr)
+
+
+def load_periodic(specs: Iterable[PeriodicSpec]) -> tuple[Periodic, ...]:
+    """The schedules named by ``--periodic`` values: each names a ``Periodic`` or an
+    iterable of them; all together must have distinct names.
+
+    Raises:
+        QueueSpecError: No such module or attribute, or not schedules with distinct names.
+        HandlerImportFailed: Importing a module raised.
+    """
+    found: list[Periodic] = []
+    for spec in specs:
+        obj = _import(spec)
+        for part in spec.attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise QueueSpecError(
+                    f"--periodic {str(spec)!r}: {spec.module!r} has no attribute {spec.attr!r}"
+                ) from None
+        found.extend([obj] if isinstance(obj, Periodic) else _schedules(spec, obj))
+    try:
+        return check_schedules(found)
+    except InvalidArgument as exc:
+        raise QueueSpecError(f"--periodic: {exc}") from None
+
+
+def _schedules(spec: PeriodicSpec, obj: object) -> list[Periodic]:
+    try:
+        return list(check_schedules(obj))
+    except InvalidArgument as exc:
+        raise QueueSpecError(
+            f"--periodic {str(spec)!r} must name a Periodic or a list of them: {exc}"
+        ) from None

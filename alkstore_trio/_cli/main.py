@@ -17,7 +17,18 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import __version__
-from . import cancel, dead, demo, enqueue, jobs, migrate, stats, sweep, worker
+from . import (
+    cancel,
+    dead,
+    demo,
+    enqueue,
+    jobs,
+    migrate,
+    periodic,  # Q17
+    stats,
+    sweep,
+    worker,
+)
 from ._args import (
     DSN_ENV,
     DSN_SHAPE,
@@ -63,7 +74,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser.add_argument("--version", action="version", version=f"alkstore-trio {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    for module in (demo, migrate, worker, stats, jobs, dead, enqueue, cancel, sweep):
+    for module in (demo, migrate, worker, stats, jobs, dead, enqueue, cancel, sweep, periodic):
         module.add_parser(commands, env)
     return parser
 

@@ -26,7 +26,14 @@ from ._args import (
     store_url,
     worker_id,
 )
-from ._handlers import QueueSpecError, load_handlers, make_cwd_importable, parse_queue_spec
+from ._handlers import (  # Q17
+    QueueSpecError,
+    load_handlers,
+    load_periodic,
+    make_cwd_importable,
+    parse_periodic_spec,
+    parse_queue_spec,
+)
 from ._output import one_line
 from ._serve import serve_worker
 
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from .._store import Store
-    from ._handlers import QueueSpec
+    from ._handlers import PeriodicSpec, QueueSpec
 
 #: ``pg_stat_activity.application_name`` of the worker command's connections.
 WORKER_APPLICATION_NAME: Final = "alkstore-trio worker"
@@ -47,6 +54,14 @@ def _queue_spec(text: str) -> QueueSpec:
     """An argparse ``type`` for ``--queue``: syntax only; the handler is loaded later."""
     try:
         return parse_queue_spec(text)
+    except QueueSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _periodic_spec(text: str) -> PeriodicSpec:
+    """An argparse ``type`` for ``--periodic`` (Q17): syntax only; imported later."""
+    try:
+        return parse_periodic_spec(text)
     except QueueSpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -81,6 +96,7 @@ def add_parser(
                 "alkstore-trio worker --queue emails=tasks:send --queue thumbnails=tasks:resize "
                 "--concurrency 20 --job-timeout-s 60",
                 "alkstore-trio worker --dsn memory:// --queue emails=tasks:send  # a smoke test",
+                "alkstore-trio worker --queue emails=tasks:send --periodic tasks:SCHEDULES",
             ],
         ),
         formatter_class=HelpFormatter,
@@ -110,6 +126,18 @@ def add_parser(
         help=(
             "serve queue NAME with the async handler FUNCTION of MODULE (dotted names "
             "allowed on both sides: myapp.tasks:Mailer.send); repeat for more queues"
+        ),
+    )
+    worker.add_argument(  # Q17
+        "--periodic",
+        metavar="MODULE:ATTR",
+        dest="periodic_specs",
+        action="append",
+        type=_periodic_spec,
+        default=[],
+        help=(
+            "fire the periodic schedules at ATTR of MODULE (a Periodic or a list of them), "
+            "each fire time once across every worker that declares it; repeatable"
         ),
     )
     _add_run_options(worker)
@@ -229,6 +257,7 @@ async def run(args: argparse.Namespace) -> int:
         "shutdown_grace_s": args.shutdown_grace_s,
         "claim_batch_max": args.claim_batch_max,
         "sweep_interval_s": args.sweep_interval_s,
+        "periodic": args.periodic,  # Q17
     }
     try:
         return await serve_worker(
@@ -260,6 +289,7 @@ def setup(args: argparse.Namespace) -> None:
     make_cwd_importable()
     try:
         args.handlers = load_handlers(args.queues)
+        args.periodic = load_periodic(args.periodic_specs)  # Q17
     except QueueSpecError as exc:
         usage_error(str(exc))
     logging.basicConfig(

@@ -8,6 +8,11 @@ the SQL's order and retention are checked against them by the tests). The in-mem
 engine's index itself lives with that engine, in ``_engines._memory``.
 """
 
+# Q17 periodic jobs
+from ._periodic import Periodic as Periodic
+from ._periodic import PeriodicFired as PeriodicFired
+from ._periodic import PeriodicInfo as PeriodicInfo
+from ._periodic import PeriodicTick as PeriodicTick
 from ._records import DEFAULT_OPTS as DEFAULT_OPTS
 from ._records import NO_HEADERS as NO_HEADERS
 from ._records import EnqueueSpec as EnqueueSpec

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
     from ._wake import WakeListener
 
@@ -130,3 +131,11 @@ class ForwardingEngine:
         priority: int | None,
     ) -> bool:
         return await self.inner.reschedule(queue, job_id, delay_s, run_at, priority)
+
+    # -- Q17 periodic jobs ---------------------------------------------------------------
+
+    async def fire_periodic(self, schedules: Sequence[Periodic]) -> PeriodicTick:
+        return await self.inner.fire_periodic(schedules)
+
+    async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
+        return await self.inner.list_periodic(stale_after_s)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._wake import WakeListener
 
 
@@ -135,6 +136,17 @@ class WorkPath(Protocol):
         none. A read; workers ask it when a claim came back short (R11)."""
         ...
 
+    # Q17 periodic jobs: the workers' half.
+    async def fire_periodic(self, schedules: Sequence[Periodic]) -> PeriodicTick:
+        """Q17.2/Q17.3: in one atomic step with one clock read, for each schedule
+        (distinct names, never empty): make its row when missing, adopt this definition
+        when the row's expression or time zone differ (``next_fire_at`` recomputed from
+        now), stamp ``last_seen_at``; then enqueue one job per fire time owed
+        (``alkstore_trio._core._periodic.plan_fires``) and advance the row. Concurrent
+        calls for one name are serialized by the engine, so each fire time is enqueued
+        at most once. The jobs enqueued, and the delay until the earliest next fire."""
+        ...
+
 
 class OperatorPath(Protocol):
     """Reads and operator actions: off the hot path."""
@@ -191,6 +203,12 @@ class OperatorPath(Protocol):
         ``delay_s`` (>= 0), or to ``run_at``, or keep it (both ``None``), and its priority
         (``None``: keep it), atomically; then wake the queue with the new due time
         (R11). ``False``, and no effect, for a processing, dead or missing row."""
+        ...
+
+    # Q17 periodic jobs: the operators' half.
+    async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
+        """Q17.6: every schedule's row by name, at one clock read; ``stale`` when its
+        ``last_seen_at`` is more than ``stale_after_s`` before now."""
         ...
 
 

@@ -19,7 +19,10 @@ import trio
 from .._core import _validate as v
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .._core import Job
+    from ._jobs import JobActors
 
 logger = logging.getLogger("alkstore_trio.worker")
 
@@ -76,6 +79,42 @@ class WorkerStatistics:
     run_time_mean_s: float
 
 
+def statistics_of(
+    worker_id: str,
+    book_counts: Mapping[str, int],
+    actors: JobActors,
+    *,
+    in_flight: int,
+    engine_errors: int,
+    events_dropped: int,
+) -> WorkerStatistics:
+    """A :class:`WorkerStatistics` snapshot from the claim book's and the job actors'
+    counters."""
+    c = actors.counts
+    claim_to_start_total_s = actors.claim_to_start_total_s
+    run_time_total_s = actors.run_time_total_s
+    return WorkerStatistics(
+        worker_id=worker_id,
+        claimed=book_counts["claimed"],
+        acked=book_counts["acked"],
+        retried=book_counts["retried"],
+        dead_lettered=book_counts["dead_lettered"],
+        released=book_counts["released"],
+        lease_lost=book_counts["lease_lost"],
+        in_flight=in_flight,
+        handler_errors=c["handler_errors"],
+        timed_out=c["timed_out"],
+        engine_errors=engine_errors,
+        events_dropped=events_dropped,
+        started=c["started"],
+        finished=c["finished"],
+        claim_to_start_total_s=claim_to_start_total_s,
+        claim_to_start_mean_s=claim_to_start_total_s / c["started"] if c["started"] else 0.0,
+        run_time_total_s=run_time_total_s,
+        run_time_mean_s=run_time_total_s / c["finished"] if c["finished"] else 0.0,
+    )
+
+
 #: The kinds of :class:`WorkerEvent`, in the order a job meets them (R9).
 EVENT_KINDS: Final = frozenset(
     {
@@ -94,6 +133,8 @@ EVENT_KINDS: Final = frozenset(
         "engine_error",  # a store operation failed; it is tried again (job may be None)
         "sweep",  # sweep_expired removed rows (job None; message says how many)
         "sweep_failed",  # sweep_expired failed (job None)
+        "periodic_fired",  # Q17: a schedule enqueued a job (job None; the message says which)
+        "periodic_failed",  # Q17: fire_periodic failed; tried again (job None)
         "draining",  # stopping: waiting for running handlers (job None)
         "finalize_incomplete",  # stopping: some claims could not be finalized (job None)
         "worker_stop",  # run() is returning (job None); the stream ends after it

@@ -70,15 +70,23 @@ from ._book import LEASE_UNCERTAIN, WORKER_STOPPED, ClaimBook, Outcome, Verdict
 from ._book import heartbeat_groups as _heartbeat_groups
 from ._checks import check_count, check_handlers, positive
 from ._due import DueTimes
-from ._events import ERROR_MAX_CHARS, EVENT_KINDS, Reporter, WorkerEvent, WorkerStatistics
+from ._events import (
+    ERROR_MAX_CHARS,
+    EVENT_KINDS,
+    Reporter,
+    WorkerEvent,
+    WorkerStatistics,
+    statistics_of,
+)
 from ._events import describe as _describe
 from ._jobs import JobActors
+from ._periodic import PeriodicActor
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
-    from .._core import Job
+    from .._core import Job, Periodic
     from .._store import JobHandle, Queue, Store
     from ._book import Claim
     from ._supervisor import Supervisor
@@ -145,6 +153,7 @@ class Worker:
         max_restarts: Restarts of the long-lived actors allowed within
             ``restart_window_s`` before the worker fails (>= 0).
         restart_window_s: The sliding window of ``max_restarts`` (> 0).
+        periodic: :class:`~alkstore_trio.Periodic` schedules to fire, once per fleet (Q17.8).
 
     Raises:
         InvalidArgument: An argument is invalid (nothing was started).
@@ -166,8 +175,9 @@ class Worker:
         max_restarts: int = 3,
         restart_window_s: float = 60.0,
         prefetch: int = 0,
+        periodic: Iterable[Periodic] = (),
     ) -> None:
-        self._store = store
+        self._store, self._periodic = store, PeriodicActor.of(store, periodic)
         concurrency = check_count("concurrency", concurrency, minimum=1)
         claim_batch_max = check_count("claim_batch_max", claim_batch_max, minimum=1)
         self._max_restarts = check_count("max_restarts", max_restarts, minimum=0)
@@ -234,29 +244,13 @@ class Worker:
     def statistics(self) -> WorkerStatistics:
         """A frozen snapshot of the counters and timing figures (see
         :class:`WorkerStatistics`)."""
-        c = self._actors.counts
-        b = self._book.counts
-        claim_to_start_total_s = self._actors.claim_to_start_total_s
-        run_time_total_s = self._actors.run_time_total_s
-        return WorkerStatistics(
-            worker_id=self._worker_id,
-            claimed=b["claimed"],
-            acked=b["acked"],
-            retried=b["retried"],
-            dead_lettered=b["dead_lettered"],
-            released=b["released"],
-            lease_lost=b["lease_lost"],
+        return statistics_of(
+            self._worker_id,
+            self._book.counts,
+            self._actors,
             in_flight=len(self._book.claims),
-            handler_errors=c["handler_errors"],
-            timed_out=c["timed_out"],
             engine_errors=self._counts["engine_errors"],
             events_dropped=self._reporter.events_dropped,
-            started=c["started"],
-            finished=c["finished"],
-            claim_to_start_total_s=claim_to_start_total_s,
-            claim_to_start_mean_s=claim_to_start_total_s / c["started"] if c["started"] else 0.0,
-            run_time_total_s=run_time_total_s,
-            run_time_mean_s=run_time_total_s / c["finished"] if c["finished"] else 0.0,
         )
 
     @contextlib.contextmanager
@@ -409,6 +403,7 @@ class Worker:
                 self._counts,
                 name="sweeper",
             )
+            await self._periodic.start(supervisor, self._reporter, self._counts)
             task_status.started()
             await self._dispatch(inbox)
 

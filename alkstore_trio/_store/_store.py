@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, final
 
 from .._core import DEFAULT_OPTS, EnqueueSpec, Job, QueueOpts, StoreStats, enqueue_specs
+from .._core import _periodic as periodic  # Q17
 from .._core import _validate as v
 from .._errors import HandleConsumed, InvalidArgument, StoreClosed
 from ._queue import Queue
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
     from datetime import datetime
 
+    from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._engines._protocol import Engine, EngineTransaction, SqlParams
     from .._engines._wake import WakeListener
 
@@ -166,6 +168,61 @@ class Store:
         self._check_open()
         checked = v.check_job_id(job_id)
         return await self._engine.get_job(checked, None)
+
+    # -- Q17 periodic jobs ---------------------------------------------------------------
+
+    async def fire_periodic(self, schedules: Iterable[Periodic]) -> PeriodicTick:
+        """Enqueue the jobs these schedules owe now, exactly once across every caller
+        (Q17.2); :class:`~alkstore_trio.Worker` calls it for its ``periodic=`` schedules.
+
+        In one atomic step on the engine's clock: each schedule's row is made when
+        missing, takes this definition when its expression or time zone differ (the next
+        fire time is then recomputed from now: last writer wins, Q17.3) and is stamped as
+        seen; each schedule then gets one job per fire time it owes (Q17.5's
+        ``catch_up``), with the ``alk-periodic`` headers (Q17.4), and its row advances.
+
+        Args:
+            schedules: :class:`~alkstore_trio.Periodic` schedules with distinct names
+                (at least one).
+
+        Returns:
+            The jobs enqueued and the seconds until the earliest next fire time.
+
+        Raises:
+            InvalidArgument: ``schedules`` is empty, holds something else or names a
+                schedule twice, or a payload is over the store's ``max_payload_bytes``.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        # Name order: every engine enqueues (and numbers) the jobs in the same order.
+        checked = tuple(sorted(periodic.check_schedules(schedules), key=lambda p: p.name))
+        if not checked:
+            raise InvalidArgument("schedules must hold at least one Periodic; got none")
+        for p in checked:
+            if len(p.payload) > self._max_payload_bytes:
+                raise InvalidArgument(
+                    f"Periodic {p.name!r}: payload of {len(p.payload)} bytes is over this "
+                    f"store's max_payload_bytes={self._max_payload_bytes}"
+                )
+        return await self._engine.fire_periodic(checked)
+
+    async def list_periodic(
+        self, *, stale_after_s: float = periodic.PERIODIC_STALE_AFTER_S
+    ) -> list[PeriodicInfo]:
+        """Every schedule's row, by name (Q17.6): definition, next and last fire time,
+        when a worker last declared it, and whether it is stale.
+
+        Args:
+            stale_after_s: A row not declared by any worker for longer than this lists
+                as stale (> 0; default 600 s, ten times a worker's re-check).
+
+        Raises:
+            InvalidArgument: ``stale_after_s`` is not a duration > 0.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        checked = v.check_duration("stale_after_s", stale_after_s, min_s=0, min_inclusive=False)
+        return await self._engine.list_periodic(checked)
 
     async def aclose(self) -> None:
         """Close the store. Closing twice is harmless."""

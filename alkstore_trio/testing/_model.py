@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from .._core import Headers, Job, JobState, QueueOpts, QueueStats, StoreStats, SweepResult
+from ._periodic_model import PeriodicModel  # Q17
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -204,6 +205,8 @@ class ReferenceModel:
         self._next_id = 1
         #: D27: per queue, how many jobs left the live rows by each outcome.
         self._finished: dict[str, Counter[str]] = {}
+        #: Q17: the periodic schedules' rows (``fire``/``list``: Q17.2-Q17.6).
+        self.periodic = PeriodicModel()
 
     # -- reading -----------------------------------------------------------------------
 

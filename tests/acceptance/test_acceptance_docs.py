@@ -48,7 +48,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: The tutorial, in the order a reader follows it. Every page of docs/tutorial/ is here.
-TUTORIAL = ("first-queue.md", "first-postgres-queue.md", "first-worker.md")
+TUTORIAL = ("first-queue.md", "first-postgres-queue.md", "first-worker.md", "periodic-digest.md")
 #: The install commands the tutorial may show (the test environment is one of them).
 INSTALL_COMMANDS = frozenset({"pip install -e '.[dev]'", "pip install -e '.[postgres]'"})
 #: Stands for the reader pressing Ctrl-C in the worker's terminal.

@@ -70,7 +70,7 @@ from typing import Any, TextIO
 
 import trio
 
-from alkstore_trio import Fail, Job, Retry, Worker, open_store
+from alkstore_trio import Fail, Job, Periodic, Retry, Worker, open_store
 from alkstore_trio.testing import HistoryRecorder
 
 #: The text of the exception a ``raise`` payload's handler raises (never the payload).
@@ -215,6 +215,11 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
             shutdown_grace_s=args.shutdown_grace_s,
             heartbeat_interval_s=args.heartbeat_interval_s,
             sweep_interval_s=args.sweep_interval_s,
+            # Q17: --periodic NAME:QUEUE:EVERY_S declares Periodic(NAME, QUEUE, every_s=...).
+            periodic=[
+                Periodic(name, queue, every_s=float(every))
+                for name, queue, every in (spec.split(":") for spec in args.periodic)
+            ],
         )
         records.worker_id = worker.worker_id
         recorder = HistoryRecorder(stream, keep=False, time_base="wall")
@@ -298,6 +303,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="write handler_start/handler_end records",
+    )
+    parser.add_argument(
+        "--periodic",
+        action="append",
+        default=[],
+        metavar="NAME:QUEUE:EVERY_S",
+        help="declare a periodic schedule (Q17); repeatable",
     )
     return parser.parse_args(argv)
 

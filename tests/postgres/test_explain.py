@@ -357,6 +357,22 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ),
         ],
         "next_due": [("one queue", {"queue": QUEUE})],
+        # Q17: the periodic statements touch only the periodic table.
+        "sync_periodic": [
+            (
+                "two schedules",
+                {
+                    "names": ["a", "b"],
+                    "queues": [QUEUE, QUEUE],
+                    "expressions": ["every:60.0s", "cron:0 7 * * *"],
+                    "tzs": ["UTC", "Europe/Riga"],
+                },
+            )
+        ],
+        "advance_periodic": [
+            ("two schedules", {"names": ["a", "b"], "nexts": [None, None], "lasts": [None, None]})
+        ],
+        "list_periodic": [("default horizon", {"stale_after_s": 600.0})],
     }
     return table[name]
 

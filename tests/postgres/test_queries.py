@@ -145,6 +145,7 @@ CONTRACT_WORDS = {
     "list_live", "list_dead", "stats", "requeue_dead", "requeue_dead_all", "purge_dead",
     "count_dead",
     "reschedule", "next_due",  # Q16
+    "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip
 
 

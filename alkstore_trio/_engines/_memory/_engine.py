@@ -25,10 +25,12 @@ from ..._core._reschedule import RescheduleSpec, due_in_s, spec_due_in_s
 from ..._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
+from ._periodic import PeriodicRows
 from ._table import JobTable
 
 if TYPE_CHECKING:
     from ..._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._protocol import Claim, FailItem, RetryItem, SqlParams
 
 T = TypeVar("T")
@@ -90,6 +92,7 @@ class MemoryEngine:
         self._clock: Clock = clock or WallClock()
         self._inbox: trio.MemorySendChannel[_Request] | None = None
         self._table = JobTable()
+        self._periodic = PeriodicRows()  # Q17
         self.wakes = WakeHub()
         self._opened = False
         self._closed = False
@@ -251,6 +254,21 @@ class MemoryEngine:
             return job is not None
 
         return await self._call(run)
+
+    # -- Q17 periodic jobs ---------------------------------------------------------------
+
+    async def fire_periodic(self, schedules: Sequence[Periodic]) -> PeriodicTick:
+        def run(table: JobTable, now: datetime) -> PeriodicTick:
+            tick = self._periodic.fire(schedules, table, now)
+            if tick.fired:
+                by_name = {p.name: p.queue for p in schedules}
+                self.wakes.publish({by_name[f.name] for f in tick.fired})
+            return tick
+
+        return await self._call(run)
+
+    async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
+        return await self._call(lambda table, now: self._periodic.list(stale_after_s, now))
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 

@@ -40,12 +40,13 @@ from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
-from . import _driver, _pool, _schema, _sql
+from . import _driver, _periodic, _pool, _schema, _sql
 from ._dsn import describe, redact_dsn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
+    from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._protocol import Claim, FailItem, RetryItem, SqlParams
     from ._pool import Pool
 
@@ -414,6 +415,23 @@ class PostgresEngine:
         }
         ((count, _),) = await self._run("reschedule", params)
         return bool(count)
+
+    # -- Q17 periodic jobs ---------------------------------------------------------------
+
+    async def fire_periodic(self, schedules: Sequence[Periodic]) -> PeriodicTick:
+        if self._closed or self._pool is None:
+            raise StoreClosed("the store is closed")
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                return await _periodic.fire(conn, self._q, self._enqueue_statement, schedules)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        except _pool.PoolClosed as exc:
+            raise StoreClosed("the store is closed") from exc
+
+    async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
+        rows = await self._run("list_periodic", {"stale_after_s": stale_after_s})
+        return [_periodic.info(row) for row in rows]
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 

@@ -189,6 +189,16 @@ from .q16_reschedule import (
     q16_reschedule_rejects_bad_arguments_without_effect,
     q16_reschedule_wakes_the_queue_with_the_new_due_time,
 )
+from .q17_periodic import (  # Q17
+    q17_a_changed_definition_wins_and_recomputes_the_next_fire_time,
+    q17_bad_arguments_are_rejected_without_effect,
+    q17_concurrent_calls_enqueue_each_fire_time_once,
+    q17_cron_on_dst_days_fires_once,
+    q17_each_fire_time_is_enqueued_once_on_the_engines_clock,
+    q17_jobs_carry_the_schedule_and_fire_time_headers_and_stamps,
+    q17_missed_fire_times_follow_catch_up,
+    q17_undeclared_schedules_stop_firing_and_list_as_stale,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -296,6 +306,15 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q12_messages_name_the_parameter_and_the_value,
     q12_messages_never_contain_the_payload,
     q12_bad_input_has_no_partial_effect,
+    # Q17 periodic jobs
+    q17_each_fire_time_is_enqueued_once_on_the_engines_clock,
+    q17_concurrent_calls_enqueue_each_fire_time_once,
+    q17_jobs_carry_the_schedule_and_fire_time_headers_and_stamps,
+    q17_missed_fire_times_follow_catch_up,
+    q17_a_changed_definition_wins_and_recomputes_the_next_fire_time,
+    q17_undeclared_schedules_stop_firing_and_list_as_stale,
+    q17_cron_on_dst_days_fires_once,
+    q17_bad_arguments_are_rejected_without_effect,
     d22_stats_counts_each_queue_by_state_at_one_instant,
     d23_ids_issued_minus_live_and_dead_counts_the_rows_gone,
     d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_reset,

@@ -17,6 +17,7 @@ import hypothesis.strategies as st
 from ..._core import Headers, Job, JobState
 from ..._errors import HandleConsumed
 from ._drawing import _draw_step
+from ._periodic_steps import FirePeriodic, apply_fire_periodic, periodic_targets  # Q17
 from ._q16 import NextDue, Reschedule, apply_next_due, apply_reschedule
 from ._steps import (
     _ONE_MICROSECOND,
@@ -121,6 +122,8 @@ class _Run:
     queues: dict[str, Queue]
     slots: dict[str, _Slot] = field(default_factory=dict)
     handles_made: int = 0
+    #: Q17: every (schedule, fire time) enqueued so far in the run.
+    periodic_fired: set[tuple[str, datetime]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.labels = st.sampled_from(list(self.queues))
@@ -165,6 +168,8 @@ class _Run:
                     seconds = (target - now).total_seconds()
                     kind = what.split("+")[0]
                     out.setdefault(kind, []).append(AdvanceTo(job_id, what, plus_us, seconds))
+        if fire_targets := periodic_targets(self, now):  # Q17
+            out["next_fire_at"] = fire_targets
         return out
 
     # -- applying ----------------------------------------------------------------------
@@ -221,6 +226,8 @@ class _Run:
                 return await apply_reschedule(self, step, now)
             case NextDue():
                 return await apply_next_due(self, step, now)
+            case FirePeriodic():  # Q17
+                return await apply_fire_periodic(self, step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------

@@ -753,3 +753,47 @@ WHERE queue = %(queue)s::text
         @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
         'infinity'::timestamptz
     );
+
+-- Q17 periodic jobs. fire_periodic is one transaction: sync_periodic, then one
+-- enqueue_one per fire time owed (the cron arithmetic runs in the client, on the clock
+-- value sync_periodic returned), then advance_periodic.
+
+-- name: sync_periodic
+-- Q17.3: make each declared schedule's row, adopt the declared definition (a changed
+-- expression or time zone clears next_fire_at, recomputed in this transaction), stamp
+-- last_seen_at. The upsert locks every row it touches until the transaction ends: a
+-- concurrent fire_periodic of the same name waits here and then sees the row advanced,
+-- so each fire time is enqueued at most once (Q17.2). Rows are taken in name order (the
+-- client sorts them), so two workers declaring overlapping sets never deadlock. Each
+-- row's next_fire_at as it was kept, and the clock read.
+INSERT INTO @schema@.periodic AS p (name, queue, expression, tz, next_fire_at, last_seen_at)
+SELECT c.name, c.queue, c.expression, c.tz, NULL, t.now
+FROM (SELECT @schema@.alk_now() AS now) AS t,
+    unnest(%(names)s::text[], %(queues)s::text[], %(expressions)s::text[], %(tzs)s::text[])
+        WITH ORDINALITY AS c (name, queue, expression, tz, ord)
+ORDER BY c.ord
+ON CONFLICT (name) DO UPDATE SET
+    queue = excluded.queue,
+    expression = excluded.expression,
+    tz = excluded.tz,
+    next_fire_at = CASE
+        WHEN p.expression = excluded.expression AND p.tz = excluded.tz THEN p.next_fire_at
+    END,
+    last_seen_at = excluded.last_seen_at
+RETURNING p.name, p.next_fire_at, p.last_seen_at;
+
+-- name: advance_periodic
+-- Q17.2: the rows' next fire times, and the latest fire time that got a job (NULL:
+-- none this time, the old value stays).
+UPDATE @schema@.periodic AS p
+SET next_fire_at = c.next_fire_at, last_fire_at = coalesce(c.last_fire_at, p.last_fire_at)
+FROM unnest(%(names)s::text[], %(nexts)s::timestamptz[], %(lasts)s::timestamptz[])
+    AS c (name, next_fire_at, last_fire_at)
+WHERE p.name = c.name;
+
+-- name: list_periodic
+-- Q17.6: every schedule's row by name; stale when unseen for more than stale_after_s.
+SELECT name, queue, expression, tz, next_fire_at, last_fire_at, last_seen_at,
+    last_seen_at < @schema@.alk_now() - %(stale_after_s)s::float8 * interval '1 second'
+FROM @schema@.periodic
+ORDER BY name;

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 3). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 5). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -98,4 +98,15 @@ CREATE TABLE @schema@.queue_counters (
     PRIMARY KEY (queue, shard)
 ) WITH (fillfactor = 10);
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (3);
+-- Q17: one row per periodic schedule, locked by the transaction that fires it.
+CREATE TABLE @schema@.periodic (
+    name text PRIMARY KEY,
+    queue text NOT NULL,
+    expression text NOT NULL,
+    tz text NOT NULL,
+    next_fire_at timestamptz,
+    last_fire_at timestamptz,
+    last_seen_at timestamptz NOT NULL
+);
+
+INSERT INTO @schema@.alk_schema_version (version) VALUES (5);
