@@ -114,3 +114,7 @@ class ForwardingEngine:
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         return await self.inner.sweep_expired(queue, retention_s)
+
+    # Q18: queue controls.
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        await self.inner.set_paused(queue, paused)

@@ -144,6 +144,7 @@ CONTRACT_WORDS = {
     "list_live", "list_dead", "stats", "requeue_dead", "requeue_dead_all", "purge_dead",
     "count_dead",
 }  # fmt: skip
+CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
 
 
 def test_queries_statements_are_named_after_the_contract():

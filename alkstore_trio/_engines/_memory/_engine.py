@@ -228,6 +228,15 @@ class MemoryEngine:
             lambda table, now: table.purge_dead(queue, older_than_s, now, dry_run=dry_run)
         )
 
+    # Q18: queue controls.
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        def run(table: JobTable, now: datetime) -> None:
+            table.set_paused(queue, paused)
+            if not paused:
+                self.wakes.publish({queue})
+
+        await self._call(run)
+
     # -- lifecycle, transactions, wakes -------------------------------------------------
 
     @asynccontextmanager

@@ -370,6 +370,7 @@ class PostgresEngine:
                 acked_total=int(row[9]),
                 dead_lettered_total=int(row[10]),
                 cancelled_total=int(row[11]),
+                paused=bool(row[12]),
             )
             for row in rows
             if row[2] is not None
@@ -388,6 +389,11 @@ class PostgresEngine:
         name = "count_dead" if dry_run else "purge_dead"
         ((count,),) = await self._run(name, {"queue": queue, "older_than_s": older_than_s})
         return int(count)
+
+    # Q18: queue controls.
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        params = {"queue": queue, "paused": paused, "channel": self._channel(queue)}
+        await self._run("set_paused", params)
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 

@@ -180,6 +180,13 @@ from .q13_heartbeat_retry_fail_handles import (
     q13_retry_handles_dead_letters_claims_on_their_last_attempt,
     q13_retry_handles_retries_valid_claims_and_refuses_stale_ones,
 )
+from .q18_pause import (
+    q18_a_claim_on_a_paused_queue_still_sweeps,
+    q18_a_pause_leaves_enqueues_and_held_jobs_alone,
+    q18_a_paused_queue_hands_out_no_job_until_resumed,
+    q18_resume_wakes_the_queue_and_pause_does_not,
+    q18_stats_show_the_paused_state,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -304,6 +311,12 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     d30_headers_are_kept_for_the_jobs_whole_life,
     d30_every_way_to_enqueue_takes_headers,
     d30_headers_are_validated_without_effect,
+    # Q18: queue controls.
+    q18_a_paused_queue_hands_out_no_job_until_resumed,
+    q18_a_pause_leaves_enqueues_and_held_jobs_alone,
+    q18_a_claim_on_a_paused_queue_still_sweeps,
+    q18_resume_wakes_the_queue_and_pause_does_not,
+    q18_stats_show_the_paused_state,
 )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import hypothesis.strategies as st
 
+from ._controls import PAUSED_CHOICES, SetPaused
 from ._steps import (
     _RETENTIONS,
     _RUN_AT_TIMEZONES,
@@ -101,6 +102,7 @@ _StepKind: TypeAlias = Literal[
     "requeue_dead",
     "purge_dead",
     "inspect",
+    "pause",
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -141,6 +143,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         kinds += ["advance to", "advance to"]
     kinds += ["enqueue_many", "ack_batch", "cancel", "sweep", "transaction"]
     kinds += ["requeue_dead", "purge_dead", "inspect"]
+    kinds.append("pause")  # Q18
     if consumed:
         kinds.append("reuse")
     kind = draw(st.sampled_from(kinds))
@@ -172,6 +175,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         )
     if kind == "transaction":
         return _draw_transaction(draw, run)
+    if kind == "pause":
+        return SetPaused(queue, paused=draw(PAUSED_CHOICES))
     return _draw_row_step(draw, run, kind, queue)
 
 

@@ -16,6 +16,7 @@ import hypothesis.strategies as st
 
 from ..._core import Headers, Job, JobState
 from ..._errors import HandleConsumed
+from ._controls import SetPaused
 from ._drawing import _draw_step
 from ._steps import (
     _ONE_MICROSECOND,
@@ -215,6 +216,8 @@ class _Run:
                 return await self._transaction(step, now)
             case Crash():
                 return self._crash(step)
+            case SetPaused():
+                return await self._set_paused(step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------
@@ -405,6 +408,15 @@ class _Run:
                     break
                 after = page[-1].id
         return sum(entry.live + entry.dead for entry in got_stats.queues)
+
+    async def _set_paused(self, step: SetPaused, now: datetime) -> _Outcome:
+        """Q18: pause or resume on both; their stats of the queue agree."""
+        queue = self.queues[step.queue]
+        await (queue.pause() if step.paused else queue.resume())
+        self.model.set_paused(queue.name, step.paused)
+        got = await self.store.stats(queue.name)
+        _agree(f"{step}: stats", got, self.model.stats(queue.name, now=now))
+        return step.paused
 
     async def _claim(self, step: Claim, now: datetime) -> _Outcome:
         queue = self.queues[step.queue]

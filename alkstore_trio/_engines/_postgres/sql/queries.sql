@@ -111,7 +111,12 @@ ON CONFLICT (queue, shard) DO UPDATE SET
 -- rows; lapsed leases with attempts left), each locked with SKIP LOCKED so concurrent
 -- claimers never wait for or share a row; the best n of them are picked. The
 -- MATERIALIZED CTEs make each walk run exactly once, so no more than n rows are ever
--- handed out.
+-- handed out. Q18: both walks are gated by alk_claim_gate (the pause barrier, see the
+-- schema), evaluated once: a paused queue locks and hands out nothing (the sweep still
+-- runs).
+gate AS MATERIALIZED (
+    SELECT @schema@.alk_claim_gate(%(queue)s::text) AS open
+),
 spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
@@ -129,6 +134,7 @@ ready AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        AND (SELECT g.open FROM gate AS g)
     ORDER BY {claim_order(alias = j)}
     LIMIT %(n)s::bigint
     FOR UPDATE OF j SKIP LOCKED
@@ -138,6 +144,7 @@ lapsed AS MATERIALIZED (
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
         AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        AND (SELECT g.open FROM gate AS g)
     ORDER BY {claim_order(alias = j)}
     LIMIT %(n)s::bigint
     FOR UPDATE OF j SKIP LOCKED
@@ -600,6 +607,9 @@ queues (queue) AS (
     UNION SELECT queue FROM processing_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
     UNION SELECT f.queue FROM @schema@.queue_counters AS f WHERE %(queue)s::text IS NULL
+    -- Q18: every paused queue is listed.
+    UNION SELECT k.queue FROM @schema@.queue_controls AS k
+    WHERE k.paused AND %(queue)s::text IS NULL
 ),
 clock AS MATERIALIZED (
     SELECT
@@ -608,11 +618,14 @@ clock AS MATERIALIZED (
          FROM @schema@.jobs_id_seq AS s) AS issued
 )
 SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
-    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled
+    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled, x.paused
 FROM clock AS c
 LEFT JOIN LATERAL (
     SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
-        d.dead, f.acked, f.dead_lettered, f.cancelled
+        d.dead, f.acked, f.dead_lettered, f.cancelled,
+        coalesce(
+            (SELECT k.paused FROM @schema@.queue_controls AS k WHERE k.queue = q.queue), false
+        ) AS paused
     FROM queues AS q
     CROSS JOIN LATERAL (
         SELECT
@@ -686,3 +699,25 @@ WHERE queue = %(queue)s::text
         @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
         'infinity'::timestamptz
     );
+
+-- name: set_paused
+-- Q18: pause or resume a queue: its control row's flag, in one statement. A pause also
+-- takes the queue's advisory lock in exclusive mode, held to the commit: the statement
+-- waits for every claim in flight that holds it in shared mode (alk_claim_gate), and
+-- claims that come later wait for the commit and then see the flag. So once a pause
+-- returns, no claim of the queue hands out a job. A resume wakes the queue (NOTIFY, at
+-- commit).
+WITH control AS (
+    INSERT INTO @schema@.queue_controls AS k (queue, paused, updated_at)
+    VALUES (%(queue)s::text, %(paused)s::boolean, @schema@.alk_now())
+    ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+    RETURNING k.paused
+),
+barrier AS (
+    SELECT pg_catalog.pg_advisory_xact_lock(@schema@.alk_queue_lock_key(%(queue)s::text))
+    FROM control WHERE control.paused
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused
+)
+SELECT (SELECT count(*) FROM barrier), (SELECT count(*) FROM woken);
