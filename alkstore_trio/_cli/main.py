@@ -18,6 +18,7 @@ import trio
 
 from .. import __version__
 from . import cancel, dead, demo, enqueue, jobs, migrate, stats, sweep, worker
+from . import queue as queue_commands  # Q18
 from ._args import (
     DSN_ENV,
     DSN_SHAPE,
@@ -63,7 +64,18 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser.add_argument("--version", action="version", version=f"alkstore-trio {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    for module in (demo, migrate, worker, stats, jobs, dead, enqueue, cancel, sweep):
+    for module in (
+        demo,
+        migrate,
+        worker,
+        stats,
+        jobs,
+        dead,
+        enqueue,
+        cancel,
+        sweep,
+        queue_commands,
+    ):
         module.add_parser(commands, env)
     return parser
 

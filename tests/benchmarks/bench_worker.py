@@ -636,9 +636,25 @@ def ab_variants(refs: list[str]) -> list[BurnVariant]:
     return out
 
 
+def _as_version_of(schema: str, tree: Path) -> None:
+    """Record the schema version of the code in ``tree`` (an older commit's checkout), so
+    that its workers accept a schema made by this code: a newer schema only adds tables,
+    columns with defaults and functions that the older statements do not name."""
+    folder = tree / "alkstore_trio" / "_engines" / "_postgres" / "sql" / "migrations"
+    version = len(list(folder.glob("[0-9][0-9][0-9][0-9]_*.sql")))
+    with bp._admin() as admin:
+        admin.execute(
+            f"UPDATE {psycopg.sql.Identifier(schema).as_string()}.alk_schema_version "
+            "SET version = %s",
+            [version],
+        )
+
+
 def burn_once(variant: BurnVariant, jobs: int, log: Callable[[str], None]) -> dict[str, float]:
     with bp.fresh_schema() as schema:
         enqueue_s = prefill(schema, jobs)
+        if variant.pythonpath is not None:
+            _as_version_of(schema, Path(variant.pythonpath))
         with children(*variant.specs(schema), pythonpath=variant.pythonpath) as kids:
             t_go = time.perf_counter()
             for kid in kids:
