@@ -1,16 +1,19 @@
 """Q18 on PostgreSQL beyond the conformance suite: a pause is kept in the schema (it
 outlives the store that made it and binds every other store), the pause waits for a
-claim in flight, and pauses of two schemas or two queues are apart."""
+write in flight on the jobs table (and gives up, unchanged, past its lock timeout), and
+pauses of two schemas or two queues are apart."""
 
 from __future__ import annotations
 
 import time
 
 import psycopg
+import pytest
 import trio
 from psycopg import sql as pgsql
 
-from alkstore_trio import open_store
+from alkstore_trio import EngineError, open_store
+from alkstore_trio._engines._postgres import _backend
 
 
 async def test_q18_a_pause_is_kept_in_the_schema_for_every_store(pg_dsn, schema):
@@ -29,16 +32,16 @@ async def test_q18_a_pause_is_kept_in_the_schema_for_every_store(pg_dsn, schema)
         assert len(await queue.claim_batch("w", 5)) == 2
 
 
-async def test_q18_pause_waits_for_a_claim_in_flight(pg_dsn, schema):
-    # A claim that holds the queue's gate (here: a transaction that passed it and has not
-    # committed) makes pause() wait until it commits; a claim after the pause gets nothing.
+async def test_q18_pause_waits_for_the_writes_in_flight_on_jobs(pg_dsn, schema):
+    # A statement in flight that writes jobs (here: a transaction that claimed a job and
+    # has not committed) makes pause() wait until it commits; a claim after the pause
+    # gets nothing.
     async with open_store(pg_dsn, schema=schema, migrate="apply") as store:
         queue = store.queue("held")
         await queue.enqueue_many([b"a", b"b"])
         s = pgsql.Identifier(schema).as_string()
         with psycopg.connect(pg_dsn, autocommit=False) as claimer:
-            ((open_,),) = claimer.execute(f"SELECT {s}.alk_claim_gate('held')").fetchall()
-            assert open_ is True
+            claimer.execute(f"UPDATE {s}.jobs SET claimed_by = 'raw' WHERE id = 1")
             returned_at: list[float] = []
 
             async def pause() -> None:
@@ -48,11 +51,31 @@ async def test_q18_pause_waits_for_a_claim_in_flight(pg_dsn, schema):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(pause)
                 await trio.sleep(0.3)
-                assert returned_at == [], "pause() returned while a claim held the gate"
+                assert returned_at == [], "pause() returned while a write to jobs was open"
                 committed_at = time.monotonic()
                 claimer.commit()
             assert returned_at[0] >= committed_at
         assert await queue.claim_batch("w", 5) == []
+
+
+async def test_q18_a_pause_that_cannot_get_its_barrier_fails_and_changes_nothing(
+    pg_dsn, schema, monkeypatch
+):
+    # An open transaction that enqueued holds the jobs table: past the lock timeout the
+    # pause gives up with EngineError, and the queue is not paused.
+    monkeypatch.setattr(_backend, "PAUSE_LOCK_TIMEOUT_S", 0.2)
+    async with open_store(pg_dsn, schema=schema, migrate="apply") as store:
+        queue = store.queue("blocked")
+        await queue.enqueue(b"a")
+        async with store.transaction() as tx:
+            await tx.enqueue(queue, b"in an open transaction")
+            with pytest.raises(EngineError) as caught:
+                await queue.pause()
+            assert "lock timeout" in str(caught.value.__cause__)
+        entry = (await store.stats("blocked")).queue("blocked")
+        assert entry is not None
+        assert not entry.paused
+        assert len(await queue.claim_batch("w", 5)) == 2
 
 
 async def test_q18_pauses_of_other_queues_and_schemas_are_apart(pg_dsn, make_schema):

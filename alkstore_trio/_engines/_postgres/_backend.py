@@ -53,6 +53,12 @@ logger = logging.getLogger("alkstore_trio.postgres")
 _LISTEN_BACKOFF_START_S: Final = 0.05
 _LISTEN_BACKOFF_MAX_S: Final = 5.0
 _SESSION_UTC_SQL: Final = "SET TIME ZONE 'UTC'"
+#: Q18: how long a pause waits for the writes in flight on the jobs table (claims, and
+#: open transactions that enqueued) before it gives up with an EngineError, unchanged.
+PAUSE_LOCK_TIMEOUT_S: Final = 5.0
+_PAUSE_LOCK_TIMEOUT_SQL: Final = "SELECT pg_catalog.set_config('lock_timeout', %s, true)"
+#: Q18: the pause barrier (see set_paused in queries.sql); {jobs} is the quoted table.
+_PAUSE_BARRIER_SQL: Final = "LOCK TABLE {jobs} IN SHARE MODE"
 
 
 def _job(row: Sequence[Any]) -> Job:
@@ -164,6 +170,9 @@ class PostgresEngine:
         self._listen = options["listen"]
         self._schema = options["schema"]
         self._q = _sql.queries(self._schema)
+        self._pause_barrier = _PAUSE_BARRIER_SQL.format(
+            jobs=_sql.render("@schema@.jobs", self._schema)
+        )
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
@@ -393,7 +402,21 @@ class PostgresEngine:
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:
         params = {"queue": queue, "paused": paused, "channel": self._channel(queue)}
-        await self._run("set_paused", params)
+        if not paused:
+            await self._run("set_paused", params)
+            return
+        if self._closed or self._pool is None:
+            raise StoreClosed("the store is closed")
+        timeout = f"{round(PAUSE_LOCK_TIMEOUT_S * 1000)}ms"
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute(_PAUSE_LOCK_TIMEOUT_SQL, [timeout])
+                await conn.execute(self._pause_barrier, [])
+                await conn.execute(self._q["set_paused"], params)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        except _pool.PoolClosed as exc:
+            raise StoreClosed("the store is closed") from exc
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 

@@ -111,11 +111,13 @@ ON CONFLICT (queue, shard) DO UPDATE SET
 -- rows; lapsed leases with attempts left), each locked with SKIP LOCKED so concurrent
 -- claimers never wait for or share a row; the best n of them are picked. The
 -- MATERIALIZED CTEs make each walk run exactly once, so no more than n rows are ever
--- handed out. Q18: both walks are gated by alk_claim_gate (the pause barrier, see the
--- schema), evaluated once: a paused queue locks and hands out nothing (the sweep still
--- runs).
+-- handed out. Q18: both walks are gated by the queue's paused flag, read once in the
+-- statement's snapshot (see set_paused for why that snapshot is recent enough): a paused
+-- queue locks and hands out nothing (the sweep still runs).
 gate AS MATERIALIZED (
-    SELECT @schema@.alk_claim_gate(%(queue)s::text) AS open
+    SELECT NOT EXISTS (
+        SELECT FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text AND k.paused
+    ) AS open
 ),
 spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
@@ -701,23 +703,16 @@ WHERE queue = %(queue)s::text
     );
 
 -- name: set_paused
--- Q18: pause or resume a queue: its control row's flag, in one statement. A pause also
--- takes the queue's advisory lock in exclusive mode, held to the commit: the statement
--- waits for every claim in flight that holds it in shared mode (alk_claim_gate), and
--- claims that come later wait for the commit and then see the flag. So once a pause
--- returns, no claim of the queue hands out a job. A resume wakes the queue (NOTIFY, at
--- commit).
+-- Q18: pause or resume a queue: its control row's flag. A resume wakes the queue (NOTIFY,
+-- at commit). A pause runs in a transaction that first takes the jobs table in SHARE mode
+-- (_backend's PAUSE_BARRIER_SQL): that waits for every statement in flight that writes
+-- jobs (claims among them), and every claim that comes later waits for the commit. A
+-- statement takes its table locks before its snapshot, so such a claim's snapshot sees
+-- the flag: once a pause returns, no claim of the queue hands out a job.
 WITH control AS (
     INSERT INTO @schema@.queue_controls AS k (queue, paused, updated_at)
     VALUES (%(queue)s::text, %(paused)s::boolean, @schema@.alk_now())
     ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
     RETURNING k.paused
-),
-barrier AS (
-    SELECT pg_catalog.pg_advisory_xact_lock(@schema@.alk_queue_lock_key(%(queue)s::text))
-    FROM control WHERE control.paused
-),
-woken AS (
-    SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused
 )
-SELECT (SELECT count(*) FROM barrier), (SELECT count(*) FROM woken);
+SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused;
