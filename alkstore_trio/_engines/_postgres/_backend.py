@@ -57,8 +57,8 @@ _SESSION_UTC_SQL: Final = "SET TIME ZONE 'UTC'"
 #: open transactions that enqueued) before it gives up with an EngineError, unchanged.
 PAUSE_LOCK_TIMEOUT_S: Final = 5.0
 _PAUSE_LOCK_TIMEOUT_SQL: Final = "SELECT pg_catalog.set_config('lock_timeout', %s, true)"
-#: Q18: the pause barrier (see set_paused in queries.sql); {jobs} is the quoted table.
-_PAUSE_BARRIER_SQL: Final = "LOCK TABLE {jobs} IN SHARE MODE"
+#: Q18: the pause barrier (see set_paused in queries.sql), rendered for the schema.
+_PAUSE_BARRIER_SQL: Final = "LOCK TABLE @schema@.jobs IN SHARE MODE"
 
 
 def _job(row: Sequence[Any]) -> Job:
@@ -170,9 +170,7 @@ class PostgresEngine:
         self._listen = options["listen"]
         self._schema = options["schema"]
         self._q = _sql.queries(self._schema)
-        self._pause_barrier = _PAUSE_BARRIER_SQL.format(
-            jobs=_sql.render("@schema@.jobs", self._schema)
-        )
+        self._pause_barrier = _sql.render(_PAUSE_BARRIER_SQL, self._schema)
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue

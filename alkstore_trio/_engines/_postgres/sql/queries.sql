@@ -710,9 +710,9 @@ WHERE queue = %(queue)s::text
 -- statement takes its table locks before its snapshot, so such a claim's snapshot sees
 -- the flag: once a pause returns, no claim of the queue hands out a job.
 WITH control AS (
-    INSERT INTO @schema@.queue_controls AS k (queue, paused, updated_at)
+    INSERT INTO @schema@.queue_controls AS c (queue, paused, updated_at)
     VALUES (%(queue)s::text, %(paused)s::boolean, @schema@.alk_now())
     ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
-    RETURNING k.paused
+    RETURNING c.paused
 )
 SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused;
