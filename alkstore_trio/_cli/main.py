@@ -29,6 +29,7 @@ from . import (
     sweep,
     worker,
 )
+from . import queue as queue_commands  # Q18
 from ._args import (
     DSN_ENV,
     DSN_SHAPE,
@@ -74,7 +75,19 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser.add_argument("--version", action="version", version=f"alkstore-trio {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    for module in (demo, migrate, worker, stats, jobs, dead, enqueue, cancel, sweep, periodic):
+    for module in (
+        demo,
+        migrate,
+        worker,
+        stats,
+        jobs,
+        dead,
+        enqueue,
+        cancel,
+        sweep,
+        periodic,
+        queue_commands,
+    ):
         module.add_parser(commands, env)
     return parser
 

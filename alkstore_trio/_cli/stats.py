@@ -156,7 +156,7 @@ def _stats_lines(
         header = ["QUEUE", "READY", "DELAYED", "PROCESSING", "RECLAIMABLE", "DEAD", "OLDEST READY"]
         rows = [
             [
-                e.queue,
+                e.queue + (" (paused)" if e.paused else ""),  # Q18
                 str(e.pending_ready),
                 str(e.pending_delayed),
                 str(e.processing),
@@ -208,6 +208,7 @@ def _stats_json(
             "queues": [
                 {
                     "queue": e.queue,
+                    "paused": e.paused,  # Q18
                     "pending_ready": e.pending_ready,
                     "pending_delayed": e.pending_delayed,
                     "processing": e.processing,

@@ -177,6 +177,8 @@ class QueueStats:
             ``retry`` at budget, the pre-claim sweep and the expiry sweep. A job
             redriven (D24) and dead again counts twice.
         cancelled_total: Live jobs of the queue cancelled so far (D27).
+        paused: Q18: the queue is paused (:meth:`Queue.pause`): no claim hands out its
+            jobs until :meth:`Queue.resume`.
 
     The three ``*_total`` counters only grow: on PostgreSQL since the schema got its
     counters (migration 2), in memory since the store opened. Two readings give rates
@@ -195,6 +197,8 @@ class QueueStats:
     acked_total: int
     dead_lettered_total: int
     cancelled_total: int
+    # Q18: queue controls.
+    paused: bool = False
 
     @property
     def live(self) -> int:
@@ -209,8 +213,8 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """What :meth:`Store.stats` saw (D22): every queue with rows or counted jobs (or
-    the one asked for), read at one instant of the engine's clock.
+    """What :meth:`Store.stats` saw (D22): every queue with rows or counted jobs, and
+    every paused queue (Q18) (or the one asked for), read at one instant of the engine's clock.
 
     Attributes:
         now: The engine's clock at the reading (the database's clock on PostgreSQL).

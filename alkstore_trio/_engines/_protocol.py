@@ -211,6 +211,14 @@ class OperatorPath(Protocol):
         ``last_seen_at`` is more than ``stale_after_s`` before now."""
         ...
 
+    # Q18: queue controls.
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        """Q18: pause (``True``) or resume (``False``) the queue, persistently. When it
+        returns after a pause, no claim of the queue hands out a job until a resume: any
+        claim still in flight when the pause began has finished. A resume wakes the
+        queue."""
+        ...
+
 
 class Engine(WorkPath, OperatorPath, Protocol):
     """One engine instance, serving one store (Q14).

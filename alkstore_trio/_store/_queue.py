@@ -519,6 +519,32 @@ class Queue:
         self._store._check_open()
         return await self._engine.next_due_in_s(self._name)
 
+    # Q18: queue controls.
+    async def pause(self) -> None:
+        """Pause this queue across every process of the store (Q18), persistently.
+
+        Once it returns, no claim anywhere (``claim_one``, ``claim_batch``, the claim of
+        ``ack_handles_and_claim``, a worker's claims) hands out a job of this queue until
+        :meth:`resume`: a claim still in flight when the pause began has finished first.
+        Jobs handed out before keep running and can be acked, retried, failed and
+        heartbeated; enqueues are still accepted. Pausing a paused queue does nothing.
+
+        Raises:
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        await self._engine.set_paused(self._name, True)
+
+    async def resume(self) -> None:
+        """Resume this queue after :meth:`pause` (Q18), and wake its idle workers, so
+        they claim at once. Resuming a queue that is not paused only wakes it.
+
+        Raises:
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        await self._engine.set_paused(self._name, False)
+
     async def get_job(self, job_id: int) -> Job | None:
         """Read this queue's job, live or dead (Q8); ``None`` if there is none."""
         self._store._check_open()

@@ -70,6 +70,7 @@ the first six):
 - ``alkstore_queue_jobs``: jobs by ``state``: ``ready``, ``delayed`` (both pending),
   ``processing``, ``dead``; the four add up to every row of the queue (gauge)
 - ``alkstore_queue_jobs_reclaimable``: the processing jobs whose claim lapsed (gauge)
+- ``alkstore_queue_paused``: 1 while the queue is paused (Q18), else 0 (gauge)
 - ``alkstore_queue_oldest_ready_age_seconds``: how long the longest-waiting ready job
   has been claimable, 0 when none is (gauge)
 - ``alkstore_queue_acked_total``: jobs of the queue acked (counter, D27)
@@ -659,6 +660,9 @@ class StoreStatsMetrics:
             "Seconds the longest-waiting ready job has been claimable (0: none is ready).",
             labels=("queue",),
         )
+        paused = GaugeMetricFamily(  # Q18
+            name("queue_paused"), "1 while the queue is paused, else 0.", labels=("queue",)
+        )
         totals = [
             (CounterMetricFamily(name(suffix), doc, labels=("queue",)), field)
             for suffix, field, doc in _QUEUE_COUNTERS
@@ -695,6 +699,7 @@ class StoreStatsMetrics:
                 reclaimable.add_metric((queue,), 0 if entry is None else entry.reclaimable)
                 age_s = None if entry is None else entry.oldest_ready_age_s
                 oldest.add_metric((queue,), 0.0 if age_s is None else age_s)
+                paused.add_metric((queue,), 1 if entry is not None and entry.paused else 0)
                 for family, field in totals:
                     family.add_metric((queue,), 0 if entry is None else getattr(entry, field))
             rows = sum(entry.live + entry.dead for entry in stats.queues)
@@ -707,6 +712,7 @@ class StoreStatsMetrics:
             jobs,
             reclaimable,
             oldest,
+            paused,
             *(family for family, _ in totals),
             issued,
             removed,

@@ -207,6 +207,8 @@ class ReferenceModel:
         self._finished: dict[str, Counter[str]] = {}
         #: Q17: the periodic schedules' rows (``fire``/``list``: Q17.2-Q17.6).
         self.periodic = PeriodicModel()
+        #: Q18: the paused queues.
+        self._paused: set[str] = set()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -242,7 +244,7 @@ class ReferenceModel:
         counted one row at a time, with the queue's counters (D27); ``ids_issued`` is
         every id handed out (D23)."""
         if queue is None:
-            names = {job.queue for job in self.jobs()} | set(self._finished)
+            names = {job.queue for job in self.jobs()} | set(self._finished) | self._paused
         else:
             names = {queue}
         entries = []
@@ -266,6 +268,7 @@ class ReferenceModel:
                     acked_total=finished["acked"],
                     dead_lettered_total=finished["dead_lettered"],
                     cancelled_total=finished["cancelled"],
+                    paused=name in self._paused,
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -370,6 +373,8 @@ class ReferenceModel:
         for job in self._live(queue):
             if self._reclaimable(job, now) and job.attempts >= job.max_attempts:
                 self._kill(job, _MAX_ATTEMPTS_EXCEEDED, now)
+        if queue in self._paused:
+            return []  # Q18: a paused queue hands nothing out (the sweep ran).
         # 2. Pick: every claimable row, sorted by the contract's order, the first n.
         candidates = []
         for job in self._live(queue):
@@ -394,6 +399,14 @@ class ReferenceModel:
             self._rows[job.id] = claimed
             out.append(claimed)
         return out
+
+    # Q18: queue controls.
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Q18: pause (no claim hands out the queue's jobs) or resume the queue."""
+        if paused:
+            self._paused.add(queue)
+        else:
+            self._paused.discard(queue)
 
     # -- Q4 handle operations ----------------------------------------------------------
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from .._core import _validate as v
 from .._engines._postgres import _driver, _sql
-from .._engines._postgres._backend import PostgresEngine, driver_connect
+from .._engines._postgres._backend import PostgresEngine
+from .._engines._postgres._options import driver_connect
 from .._open import open_store
 
 if TYPE_CHECKING:

@@ -639,8 +639,8 @@ def ab_variants(refs: list[str]) -> list[BurnVariant]:
 def _stamp_version_of(schema: str, tree: Path) -> None:
     """Let the code of another commit (``--ab``) open a schema this code made: record
     that commit's schema version. Sound only while the migrations in between add what
-    the older code never touches: between ``fbf154b`` and the periodic branch they add
-    the ``periodic`` table and leave ``jobs`` as it was. A migration that changes
+    the older code never touches (the ``periodic`` and ``queue_controls`` tables, columns
+    with defaults, functions the older statements do not name). A migration that changes
     ``jobs`` needs the base commit to run on a schema of its own instead."""
     folder = tree / "alkstore_trio" / "_engines" / "_postgres" / "sql" / "migrations"
     version = len(list(folder.glob("[0-9][0-9][0-9][0-9]_*.sql")))

@@ -940,3 +940,23 @@ async def test_issue6_store_stats_metrics_on_postgresql_through_an_outage(pg_dsn
     assert len(warnings) == 1
     assert "store stats reading failed (EngineError: " in warnings[0]
     assert "hunter2" not in caplog.text
+
+
+async def test_q18_the_paused_gauge_follows_pause_and_resume(autojump_clock, store):
+    # Q18: 1 while paused, 0 after the resume; a paused queue without jobs is exported.
+    busy, empty = store.queue("busy"), store.queue("empty")
+    await busy.enqueue(b"x")
+    await busy.pause()
+    await empty.pause()
+    registry = CollectorRegistry()
+    metrics = StoreStatsMetrics(store, registry)
+    assert await metrics.poll()
+    assert sample(registry, "alkstore_queue_paused", queue="busy") == 1
+    assert sample(registry, "alkstore_queue_paused", queue="empty") == 1
+    assert "# TYPE alkstore_queue_paused gauge" in generate_latest(registry).decode()
+    await busy.resume()
+    await empty.resume()
+    assert await metrics.poll()
+    assert sample(registry, "alkstore_queue_paused", queue="busy") == 0
+    # The resumed queue without jobs is no longer listed: its series end.
+    assert sample(registry, "alkstore_queue_paused", queue="empty") is None

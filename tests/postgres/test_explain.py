@@ -373,6 +373,18 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ("two schedules", {"names": ["a", "b"], "nexts": [None, None], "lasts": [None, None]})
         ],
         "list_periodic": [("default horizon", {"stale_after_s": 600.0})],
+        # Q18: queue controls.
+        "set_paused": [
+            (
+                f"paused={paused}",
+                {
+                    "queue": QUEUE,
+                    "paused": paused,
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                },
+            )
+            for paused in (True, False)
+        ],
     }
     return table[name]
 
@@ -663,7 +675,8 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
     ]  # fmt: skip
     fused, fused_main = split_ctes(_sql.queries("alkstore")["ack_claims_and_claim"])
     assert list(fused) == [
-        "acked", "spent", "swept", "dead", "ready", "lapsed", "picked", "counted", "claimed",
+        "acked", "gate", "spent", "swept", "dead", "ready", "lapsed", "picked", "counted",
+        "claimed",
     ]  # fmt: skip
     returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
     assert returned[-2:] == [
@@ -765,6 +778,7 @@ def test_d22_explain_stats_reads_only_the_partial_indexes(
         "jobs_lease_idx",
         "dead_jobs_retention_idx",
         "queue_counters_pkey",
+        "queue_controls_pkey",  # Q18: the paused flag of each queue
     }
     for mode in MODES:
         for variant, params in params_for("stats", loaded):

@@ -147,6 +147,7 @@ CONTRACT_WORDS = {
     "reschedule", "next_due",  # Q16
     "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip
+CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
 
 
 def test_queries_statements_are_named_after_the_contract():

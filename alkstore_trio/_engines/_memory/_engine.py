@@ -270,6 +270,15 @@ class MemoryEngine:
     async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
         return await self._call(lambda table, now: self._periodic.list(stale_after_s, now))
 
+    # Q18: queue controls.
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        def run(table: JobTable, now: datetime) -> None:
+            table.set_paused(queue, paused)
+            if not paused:
+                self.wakes.publish({queue})
+
+        await self._call(run)
+
     # -- lifecycle, transactions, wakes -------------------------------------------------
 
     @asynccontextmanager

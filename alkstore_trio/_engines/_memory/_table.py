@@ -96,6 +96,8 @@ class JobTable:
         self._finished: dict[str, _Finished] = {}
         self._next_id = 1
         self._latest_now: datetime | None = None
+        #: Q18: the paused queues.
+        self._paused: set[str] = set()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -130,7 +132,7 @@ class JobTable:
         if queue is not None:
             counts[queue] = [0, 0, 0, 0, 0]
         else:
-            for name in self._finished:
+            for name in [*self._finished, *self._paused]:
                 counts[name] = [0, 0, 0, 0, 0]
         for job in [*self._live.values(), *self._dead.values()]:
             if queue is not None and job.queue != queue:
@@ -165,6 +167,7 @@ class JobTable:
                     acked_total=finished.acked,
                     dead_lettered_total=finished.dead_lettered,
                     cancelled_total=finished.cancelled,
+                    paused=name in self._paused,
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -209,6 +212,9 @@ class JobTable:
             return []
         self._promote_due(index, now)
         self._collect_lapsed(index, now)
+        if queue in self._paused:
+            # Q18: the pre-claim sweep ran; a paused queue hands nothing out.
+            return []
         out: list[Job] = []
         ready = index.ready
         while ready and len(out) < n:
@@ -228,6 +234,13 @@ class JobTable:
             self._set_live(job, now)
             out.append(job)
         return out
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Q18: pause or resume the queue (one transition: exact by construction)."""
+        if paused:
+            self._paused.add(queue)
+        else:
+            self._paused.discard(queue)
 
     def heartbeat(
         self, queue: str, claims: Iterable[Claim], extend_s: float | None, now: datetime

@@ -18,7 +18,7 @@ import logging
 import math
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 import psycopg.conninfo
@@ -41,7 +41,8 @@ from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
 from . import _driver, _periodic, _pool, _schema, _sql
-from ._dsn import describe, redact_dsn
+from ._dsn import describe
+from ._options import _Conninfo, check_options, driver_connect
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -55,6 +56,12 @@ logger = logging.getLogger("alkstore_trio.postgres")
 _LISTEN_BACKOFF_START_S: Final = 0.05
 _LISTEN_BACKOFF_MAX_S: Final = 5.0
 _SESSION_UTC_SQL: Final = "SET TIME ZONE 'UTC'"
+#: Q18: how long a pause waits for the writes in flight on the jobs table (claims, and
+#: open transactions that enqueued) before it gives up with an EngineError, unchanged.
+PAUSE_LOCK_TIMEOUT_S: Final = 5.0
+_PAUSE_LOCK_TIMEOUT_SQL: Final = "SELECT pg_catalog.set_config('lock_timeout', %s, true)"
+#: Q18: the pause barrier (see set_paused in queries.sql), rendered for the schema.
+_PAUSE_BARRIER_SQL: Final = "LOCK TABLE @schema@.jobs IN SHARE MODE"
 
 
 def _job(row: Sequence[Any]) -> Job:
@@ -166,6 +173,7 @@ class PostgresEngine:
         self._listen = options["listen"]
         self._schema = options["schema"]
         self._q = _sql.queries(self._schema)
+        self._pause_barrier = _sql.render(_PAUSE_BARRIER_SQL, self._schema)
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
@@ -377,6 +385,7 @@ class PostgresEngine:
                 acked_total=int(row[9]),
                 dead_lettered_total=int(row[10]),
                 cancelled_total=int(row[11]),
+                paused=bool(row[12]),
             )
             for row in rows
             if row[2] is not None
@@ -432,6 +441,25 @@ class PostgresEngine:
     async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
         rows = await self._run("list_periodic", {"stale_after_s": stale_after_s})
         return [_periodic.info(row) for row in rows]
+
+    # Q18: queue controls.
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        params = {"queue": queue, "paused": paused, "channel": self._channel(queue)}
+        if not paused:
+            await self._run("set_paused", params)
+            return
+        if self._closed or self._pool is None:
+            raise StoreClosed("the store is closed")
+        timeout = f"{round(PAUSE_LOCK_TIMEOUT_S * 1000)}ms"
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute(_PAUSE_LOCK_TIMEOUT_SQL, [timeout])
+                await conn.execute(self._pause_barrier, [])
+                await conn.execute(self._q["set_paused"], params)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        except _pool.PoolClosed as exc:
+            raise StoreClosed("the store is closed") from exc
 
     # -- lifecycle, transactions, wakes -------------------------------------------------
 
@@ -722,62 +750,3 @@ class PostgresTransaction:
             return await self._conn.execute(sql, params)
         except psycopg.Error as exc:
             raise _engine_error(exc) from exc
-
-
-class PostgresOptions(TypedDict):
-    """The checked PostgreSQL options of ``open_store``."""
-
-    schema: str
-    pool_size: int
-    connect_timeout_s: float
-    migrate: _schema.MigratePolicy
-    application_name: str
-    listen: bool
-
-
-def check_options(
-    *,
-    schema: object,
-    pool_size: object,
-    connect_timeout_s: object,
-    migrate: object,
-    application_name: object,
-    listen: object = True,
-) -> PostgresOptions:
-    """Validate ``open_store``'s PostgreSQL options before anything connects."""
-    if not isinstance(listen, bool):
-        raise InvalidArgument(f"listen must be True or False; got {type(listen).__name__}")
-    return PostgresOptions(
-        schema=_sql.check_schema_name(schema),
-        pool_size=v.check_int("pool_size", pool_size, lo=1, hi=1000),
-        connect_timeout_s=v.check_duration(
-            "connect_timeout_s", connect_timeout_s, min_s=0, min_inclusive=False
-        ),
-        migrate=_schema.check_policy(migrate),
-        application_name=v.check_text("application_name", application_name, max_chars=50),
-        listen=listen,
-    )
-
-
-class _Conninfo:
-    """A connection string kept out of reprs: it may hold a password, and an engine's
-    attributes end up in logs and tracebacks (``vars(engine)``)."""
-
-    __slots__ = ("redacted", "value")
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-        self.redacted = redact_dsn(value)
-
-    def __repr__(self) -> str:
-        return f"<conninfo {self.redacted}>"
-
-
-def driver_connect(driver: object) -> _pool.ConnectFn[_driver.Connection]:
-    if driver is None:
-        return _driver.connect
-    if driver == "native":
-        return _driver.connect_native
-    if driver == "thread":
-        return _driver.connect_threaded
-    raise InvalidArgument(f"driver must be 'native', 'thread' or None; got {driver!r}")

@@ -199,6 +199,13 @@ from .q17_periodic import (  # Q17
     q17_missed_fire_times_follow_catch_up,
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
 )
+from .q18_pause import (
+    q18_a_claim_on_a_paused_queue_still_sweeps,
+    q18_a_pause_leaves_enqueues_and_held_jobs_alone,
+    q18_a_paused_queue_hands_out_no_job_until_resumed,
+    q18_resume_wakes_the_queue_and_pause_does_not,
+    q18_stats_show_the_paused_state,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -340,6 +347,12 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q16_every_wake_of_a_delayed_job_says_when_it_is_due,
     q16_reschedule_wakes_the_queue_with_the_new_due_time,
     q16_next_due_in_s_is_the_earliest_future_run_at_of_the_queue,
+    # Q18: queue controls.
+    q18_a_paused_queue_hands_out_no_job_until_resumed,
+    q18_a_pause_leaves_enqueues_and_held_jobs_alone,
+    q18_a_claim_on_a_paused_queue_still_sweeps,
+    q18_resume_wakes_the_queue_and_pause_does_not,
+    q18_stats_show_the_paused_state,
 )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import hypothesis.strategies as st
 
+from ._controls import PAUSED_CHOICES, SetPaused
 from ._periodic_steps import SCHEDULES, FirePeriodic  # Q17
 from ._q16 import draw_q16_step
 from ._steps import (
@@ -109,6 +110,7 @@ _StepKind: TypeAlias = Literal[
     "inspect",
     "reschedule",  # Q16
     "fire_periodic",  # Q17
+    "pause",
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -151,6 +153,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
     kinds += ["requeue_dead", "purge_dead", "inspect"]
     kinds += ["reschedule"]  # Q16
     kinds += ["fire_periodic", "fire_periodic"]  # Q17
+    kinds.append("pause")  # Q18
     if consumed:
         kinds.append("reuse")
     kind = draw(st.sampled_from(kinds))
@@ -186,6 +189,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw_q16_step(draw, run, queue)
     if kind == "fire_periodic":  # Q17
         return FirePeriodic(draw(_PERIODIC_PICKS))
+    if kind == "pause":
+        return SetPaused(queue, paused=draw(PAUSED_CHOICES))
     return _draw_row_step(draw, run, kind, queue)
 
 

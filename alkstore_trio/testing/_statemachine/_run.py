@@ -16,6 +16,7 @@ import hypothesis.strategies as st
 
 from ..._core import Headers, Job, JobState
 from ..._errors import HandleConsumed
+from ._controls import SetPaused
 from ._drawing import _draw_step
 from ._periodic_steps import FirePeriodic, apply_fire_periodic, periodic_targets  # Q17
 from ._q16 import NextDue, Reschedule, apply_next_due, apply_reschedule
@@ -228,6 +229,8 @@ class _Run:
                 return await apply_next_due(self, step, now)
             case FirePeriodic():  # Q17
                 return await apply_fire_periodic(self, step, now)
+            case SetPaused():
+                return await self._set_paused(step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------
@@ -418,6 +421,15 @@ class _Run:
                     break
                 after = page[-1].id
         return sum(entry.live + entry.dead for entry in got_stats.queues)
+
+    async def _set_paused(self, step: SetPaused, now: datetime) -> _Outcome:
+        """Q18: pause or resume on both; their stats of the queue agree."""
+        queue = self.queues[step.queue]
+        await (queue.pause() if step.paused else queue.resume())
+        self.model.set_paused(queue.name, step.paused)
+        got = await self.store.stats(queue.name)
+        _agree(f"{step}: stats", got, self.model.stats(queue.name, now=now))
+        return step.paused
 
     async def _claim(self, step: Claim, now: datetime) -> _Outcome:
         queue = self.queues[step.queue]

@@ -111,7 +111,14 @@ ON CONFLICT (queue, shard) DO UPDATE SET
 -- rows; lapsed leases with attempts left), each locked with SKIP LOCKED so concurrent
 -- claimers never wait for or share a row; the best n of them are picked. The
 -- MATERIALIZED CTEs make each walk run exactly once, so no more than n rows are ever
--- handed out.
+-- handed out. Q18: both walks are gated by the queue's paused flag, read once in the
+-- statement's snapshot (see set_paused for why that snapshot is recent enough): a paused
+-- queue locks and hands out nothing (the sweep still runs).
+gate AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text AND k.paused
+    ) AS open
+),
 spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
@@ -129,6 +136,7 @@ ready AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        AND (SELECT g.open FROM gate AS g)
     ORDER BY {claim_order(alias = j)}
     LIMIT %(n)s::bigint
     FOR UPDATE OF j SKIP LOCKED
@@ -138,6 +146,7 @@ lapsed AS MATERIALIZED (
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
         AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        AND (SELECT g.open FROM gate AS g)
     ORDER BY {claim_order(alias = j)}
     LIMIT %(n)s::bigint
     FOR UPDATE OF j SKIP LOCKED
@@ -667,6 +676,9 @@ queues (queue) AS (
     UNION SELECT queue FROM processing_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
     UNION SELECT f.queue FROM @schema@.queue_counters AS f WHERE %(queue)s::text IS NULL
+    -- Q18: every paused queue is listed.
+    UNION SELECT k.queue FROM @schema@.queue_controls AS k
+    WHERE k.paused AND %(queue)s::text IS NULL
 ),
 clock AS MATERIALIZED (
     SELECT
@@ -675,11 +687,14 @@ clock AS MATERIALIZED (
          FROM @schema@.jobs_id_seq AS s) AS issued
 )
 SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
-    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled
+    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled, x.paused
 FROM clock AS c
 LEFT JOIN LATERAL (
     SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
-        d.dead, f.acked, f.dead_lettered, f.cancelled
+        d.dead, f.acked, f.dead_lettered, f.cancelled,
+        coalesce(
+            (SELECT k.paused FROM @schema@.queue_controls AS k WHERE k.queue = q.queue), false
+        ) AS paused
     FROM queues AS q
     CROSS JOIN LATERAL (
         SELECT
@@ -797,3 +812,18 @@ SELECT name, queue, expression, tz, next_fire_at, last_fire_at, last_seen_at,
     last_seen_at < @schema@.alk_now() - %(stale_after_s)s::float8 * interval '1 second'
 FROM @schema@.periodic
 ORDER BY name;
+
+-- name: set_paused
+-- Q18: pause or resume a queue: its control row's flag. A resume wakes the queue (NOTIFY,
+-- at commit). A pause runs in a transaction that first takes the jobs table in SHARE mode
+-- (_backend's PAUSE_BARRIER_SQL): that waits for every statement in flight that writes
+-- jobs (claims among them), and every claim that comes later waits for the commit. A
+-- statement takes its table locks before its snapshot, so such a claim's snapshot sees
+-- the flag: once a pause returns, no claim of the queue hands out a job.
+WITH control AS (
+    INSERT INTO @schema@.queue_controls AS c (queue, paused, updated_at)
+    VALUES (%(queue)s::text, %(paused)s::boolean, @schema@.alk_now())
+    ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+    RETURNING c.paused
+)
+SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused;
