@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
-    from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
     from ._wake import WakeListener
 
@@ -62,7 +62,7 @@ class ForwardingEngine:
 
     # -- the work path -----------------------------------------------------------------
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         return await self.inner.enqueue(specs)
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:

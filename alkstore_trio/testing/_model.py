@@ -27,7 +27,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from .._core import Headers, Job, JobState, QueueOpts, QueueStats, StoreStats, SweepResult
+from .._core import (
+    Enqueued,
+    Headers,
+    Job,
+    JobState,
+    QueueOpts,
+    QueueStats,
+    StoreStats,
+    SweepResult,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -87,6 +96,8 @@ class _PendingInsert:
     run_at: datetime | None
     max_attempts: int | None
     headers: Mapping[str, str] | None
+    unique_key: str | None = None
+    unique_for_s: float | None = None
 
 
 @dataclass
@@ -113,8 +124,13 @@ class ModelTransaction:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> int:
-        """Reserve an id and buffer one row, as ``tx.enqueue`` does.
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
+        now: datetime | None = None,
+    ) -> Enqueued:
+        """Reserve an id and buffer one row, as ``tx.enqueue`` does; Q15: with a key held
+        (by a live row, an open window at ``now``, or a row of this transaction), buffer
+        nothing and return the holder's id.
 
         Args:
             queue: The queue name.
@@ -126,12 +142,21 @@ class ModelTransaction:
             run_at: As Q2.
             max_attempts: As Q2.
             headers: As D30 (``None`` for none).
+            unique_key: As Q15.
+            unique_for_s: As Q15.
+            now: The clock read of ``tx.enqueue`` (needed with a key: Q15.6).
 
         Returns:
-            The reserved job id.
+            The reserved job id, or the holder's (``created=False``).
         """
         if self._state != "open":
             raise RuntimeError(f"model transaction already {self._state}")
+        if unique_key is not None:
+            assert now is not None, "a keyed tx.enqueue needs its clock read"
+            mine = [r.job_id for r in self._rows if (r.queue, r.unique_key) == (queue, unique_key)]
+            held = mine[0] if mine else self.model._key_holder(queue, unique_key, now)
+            if held is not None:
+                return Enqueued(held, created=False)
         job_id = self.model._reserve_id()
         self._rows.append(
             _PendingInsert(
@@ -144,9 +169,11 @@ class ModelTransaction:
                 run_at=run_at,
                 max_attempts=max_attempts,
                 headers=headers,
+                unique_key=unique_key,
+                unique_for_s=unique_for_s,
             )
         )
-        return job_id
+        return Enqueued(job_id)
 
     def commit(self, *, now: datetime) -> list[int]:
         """Insert the buffered rows, all resolved with this ``now``; returns their ids."""
@@ -164,6 +191,8 @@ class ModelTransaction:
                 run_at=row.run_at,
                 max_attempts=row.max_attempts,
                 headers=row.headers,
+                unique_key=row.unique_key,
+                unique_for_s=row.unique_for_s,
                 now=now,
             )
         return [row.job_id for row in self._rows]
@@ -204,6 +233,8 @@ class ReferenceModel:
         self._next_id = 1
         #: D27: per queue, how many jobs left the live rows by each outcome.
         self._finished: dict[str, Counter[str]] = {}
+        #: Q15: per (queue, key), the end of its window and the job that opened it.
+        self._windows: dict[tuple[str, str], tuple[datetime, int]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -284,9 +315,12 @@ class ReferenceModel:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
         now: datetime,
-    ) -> int:
-        """Q2: one new pending row stamped with ``opts``; returns its id.
+    ) -> Enqueued:
+        """Q2: one new pending row stamped with ``opts``; returns its id (Q15: or the id
+        of the job holding ``unique_key``, with ``created=False``).
 
         Args:
             queue: The queue name.
@@ -297,6 +331,8 @@ class ReferenceModel:
             run_at: Run at this time.
             max_attempts: The per-job override of ``opts.max_attempts``.
             headers: The job's headers (D30); ``None`` for none.
+            unique_key: The job's unique key (Q15); ``None`` for none.
+            unique_for_s: The key's window (Q15.5), with a key.
             now: The operation's clock read.
         """
         (job_id,) = self.enqueue_many(
@@ -308,6 +344,8 @@ class ReferenceModel:
             run_at=run_at,
             max_attempts=max_attempts,
             headers=headers,
+            unique_keys=None if unique_key is None else [unique_key],
+            unique_for_s=unique_for_s,
             now=now,
         )
         return job_id
@@ -323,14 +361,23 @@ class ReferenceModel:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
+        unique_keys: Sequence[str | None] | None = None,
+        unique_for_s: float | None = None,
         now: datetime,
-    ) -> list[int]:
+    ) -> list[Enqueued]:
         """Q2: many rows with one ``now``, ids in payload order (``[]`` for none).
 
-        Takes the same arguments as :meth:`enqueue`, applied to every payload.
+        Takes the same arguments as :meth:`enqueue`, applied to every payload, but one key
+        per payload (``unique_keys``, Q15): a payload whose key is held (also by an
+        earlier payload of the call) creates nothing and gets the holder's id.
         """
-        ids = []
-        for payload in payloads:
+        ids: list[Enqueued] = []
+        keys = [None] * len(payloads) if unique_keys is None else unique_keys
+        for payload, key in zip(payloads, keys, strict=True):
+            held = None if key is None else self._key_holder(queue, key, now)
+            if held is not None:
+                ids.append(Enqueued(held, created=False))
+                continue
             job_id = self._reserve_id()
             self._insert(
                 job_id,
@@ -342,9 +389,11 @@ class ReferenceModel:
                 run_at=run_at,
                 max_attempts=max_attempts,
                 headers=headers,
+                unique_key=key,
+                unique_for_s=unique_for_s,
                 now=now,
             )
-            ids.append(job_id)
+            ids.append(Enqueued(job_id))
         return ids
 
     # -- Q10 transactions --------------------------------------------------------------
@@ -589,7 +638,7 @@ class ReferenceModel:
         """D24: each dead row of this queue among ``ids`` (every one for ``None``) is
         pending again, ready now, with 0 attempts, enqueued now, its time to live
         restarted, its claim fields and ``died_at`` cleared and ``last_error`` kept;
-        returns how many."""
+        returns how many. Q15.4: in id order, skipping rows whose key a live row holds."""
         wanted = None if ids is None else set(ids)
         count = 0
         for job in self.jobs():
@@ -597,6 +646,8 @@ class ReferenceModel:
                 continue
             if wanted is not None and job.id not in wanted:
                 continue
+            if job.unique_key is not None and self._live_holder(queue, job.unique_key):
+                continue  # Q15.4: a live job holds its key (maybe one moved just now)
             ttl = None if job.expires_at is None else job.expires_at - job.enqueued_at
             self._rows[job.id] = replace(
                 job,
@@ -633,6 +684,21 @@ class ReferenceModel:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _live_holder(self, queue: str, key: str) -> int | None:
+        """Q15: the live row of ``queue`` with this key, if any."""
+        for job in self._live(queue):
+            if job.unique_key == key:
+                return job.id
+        return None
+
+    def _key_holder(self, queue: str, key: str, now: datetime) -> int | None:
+        """Q15: who holds the key at ``now``: its live row, else an open window's job."""
+        live = self._live_holder(queue, key)
+        if live is not None:
+            return live
+        window = self._windows.get((queue, key))
+        return window[1] if window is not None and now < window[0] else None
+
     def _reserve_id(self) -> int:
         job_id = self._next_id
         self._next_id += 1
@@ -651,9 +717,13 @@ class ReferenceModel:
         max_attempts: int | None,
         headers: Mapping[str, str] | None,
         now: datetime,
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
     ) -> None:
+        if unique_key is not None and unique_for_s is not None:
+            self._windows[(queue, unique_key)] = (_after(now, unique_for_s), job_id)
         if delay_s is not None:
-            resolved_run_at = _after(now, delay_s)
+            resolved_run_at = _after(now, max(delay_s, 0))  # Q2.1: a negative delay is now
         elif run_at is not None:
             resolved_run_at = run_at.astimezone(UTC)  # Q8: every timestamp reads back in UTC
         else:
@@ -679,6 +749,7 @@ class ReferenceModel:
             last_error=None,
             died_at=None,
             headers=Headers(headers or {}),
+            unique_key=unique_key,
         )
 
     def _live(self, queue: str) -> list[Job]:
