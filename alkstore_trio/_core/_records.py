@@ -276,7 +276,6 @@ class EnqueueSpec(NamedTuple):
         )
 
 
-@final
 class Enqueued(int):
     """What an enqueue returns (Q2, Q15): the job id, an ``int``, with a read-only
     :attr:`created` flag.
@@ -286,23 +285,25 @@ class Enqueued(int):
     ``unique_for_s`` window, the id of the last job created with that key, whatever
     became of it (Q15). Without a key, ``created`` is always ``True``. Code that treats
     the result as an int (``job_id = await queue.enqueue(...)``) keeps working:
-    an ``Enqueued`` equals, hashes and formats like its id.
+    an ``Enqueued`` equals, hashes, formats and pickles like its id.
+
+    ``Enqueued(job_id)`` is a created job; :meth:`existing` makes the other kind (an
+    engine written outside the library returns these from its ``enqueue``).
     """
 
-    # An int subclass cannot have non-empty __slots__; the flag lives in __dict__.
-
-    def __new__(cls, job_id: int, created: bool = True) -> Enqueued:
-        self = super().__new__(cls, job_id)
-        self.__dict__["created"] = created
-        return self
+    # No instance dict (attributes cannot be set) and no __new__ of our own: making one
+    # costs what making an int subclass costs, on every enqueue of every job.
+    __slots__ = ()
 
     @property
     def created(self) -> bool:
         """Whether this enqueue created the job (``False``: the key was held, Q15)."""
-        return self.__dict__["created"]  # type: ignore[no-any-return]
+        return True
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Enqueued is read-only; cannot set {name!r}")
+    @staticmethod
+    def existing(job_id: int) -> Enqueued:
+        """The result of an enqueue that created nothing: ``job_id`` holds the key."""
+        return _Existing(job_id)
 
     def __repr__(self) -> str:
         return f"Enqueued({int(self)}, created={self.created})"
@@ -311,8 +312,20 @@ class Enqueued(int):
     # the __repr__ above).
     __str__ = int.__repr__
 
-    def __reduce__(self) -> tuple[type[Enqueued], tuple[int, bool]]:
-        return (Enqueued, (int(self), self.created))
+    def __reduce__(self) -> tuple[type[Enqueued], tuple[int]]:
+        return (type(self), (int(self),))
+
+
+@final
+class _Existing(Enqueued):
+    """An :class:`Enqueued` with ``created=False`` (made by :meth:`Enqueued.existing`)."""
+
+    __slots__ = ()
+
+    @property
+    def created(self) -> bool:
+        """``False``: the enqueue created nothing (Q15)."""
+        return False
 
 
 def enqueue_specs(

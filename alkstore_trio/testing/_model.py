@@ -156,7 +156,7 @@ class ModelTransaction:
             mine = [r.job_id for r in self._rows if (r.queue, r.unique_key) == (queue, unique_key)]
             held = mine[0] if mine else self.model._key_holder(queue, unique_key, now)
             if held is not None:
-                return Enqueued(held, created=False)
+                return Enqueued.existing(held)
         job_id = self.model._reserve_id()
         self._rows.append(
             _PendingInsert(
@@ -376,7 +376,7 @@ class ReferenceModel:
         for payload, key in zip(payloads, keys, strict=True):
             held = None if key is None else self._key_holder(queue, key, now)
             if held is not None:
-                ids.append(Enqueued(held, created=False))
+                ids.append(Enqueued.existing(held))
                 continue
             job_id = self._reserve_id()
             self._insert(

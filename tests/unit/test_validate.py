@@ -741,10 +741,11 @@ def test_q15_enqueue_specs_carry_the_key_and_the_window_of_keyed_specs_only():
 def test_q15_enqueued_is_the_id_with_a_read_only_created_flag():
     import pickle
 
-    found = Enqueued(7, created=False)
+    found = Enqueued.existing(7)
     assert (found, found.created, Enqueued(7).created) == (7, False, True)
     assert (str(found), f"{found}", repr(found)) == ("7", "7", "Enqueued(7, created=False)")
     assert hash(found) == hash(7)
+    assert isinstance(found, Enqueued)
     assert pickle.loads(pickle.dumps(found)).created is False
     with pytest.raises(AttributeError):
         found.created = True  # type: ignore[misc]

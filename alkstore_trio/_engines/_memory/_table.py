@@ -229,7 +229,7 @@ class JobTable:
         nothing and gets the holder's id (``created=False``)."""
         if all(spec.unique_key is None for spec in specs):
             ids = self.insert(list(zip(self.reserve_ids(len(specs)), specs, strict=True)), now)
-            return [Enqueued(job_id) for job_id in ids]
+            return list(map(Enqueued, ids))
         results, rows = self._plan(specs, now, holder=None)
         self.insert(rows, now)
         return results
@@ -557,7 +557,7 @@ class JobTable:
         results = [
             Enqueued(new_ids[pos])
             if pos in new_ids
-            else Enqueued(new_ids[same[pos]] if pos in same else found[pos], created=False)
+            else Enqueued.existing(new_ids[same[pos]] if pos in same else found[pos])
             for pos in range(len(specs))
         ]
         return results, [(new_ids[pos], specs[pos]) for pos in new]

@@ -214,7 +214,7 @@ class PostgresEngine:
         for group in _groups(specs):
             query, params = self._enqueue_statement(group)
             rows = await self._execute(query, params)
-            ids.extend(Enqueued(row[0]) for row in rows)
+            ids.extend([Enqueued(row[0]) for row in rows])
         return ids
 
     async def _enqueue_keyed(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
@@ -663,7 +663,7 @@ class PostgresTransaction:
                 rows = await self._conn.execute(*backend._enqueue_statement(group))
             except psycopg.Error as exc:
                 raise _engine_error(exc) from exc
-            ids.extend(Enqueued(row[0]) for row in rows)
+            ids.extend([Enqueued(row[0]) for row in rows])
         return ids
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:

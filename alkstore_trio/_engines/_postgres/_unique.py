@@ -74,7 +74,7 @@ async def _enqueue_one_keyed(
         rows: list[tuple[Any, ...]] = await conn.execute(statement, params)
         if rows:
             ((job_id, created),) = rows
-            return Enqueued(job_id, created=bool(created))
+            return Enqueued(job_id) if created else Enqueued.existing(job_id)
     raise EngineError("enqueue with a unique_key kept losing the key to redrives; retry it")
 
 

@@ -242,8 +242,8 @@ FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, '')) AS wake;
 -- every job and window that an earlier holder of a key committed.
 SELECT count(pg_catalog.pg_advisory_xact_lock(l.h))
 FROM (
-    SELECT DISTINCT pg_catalog.hashtextextended(u.k, 0) AS h
-    FROM unnest(%(locks)s::text[]) AS u (k)
+    SELECT DISTINCT pg_catalog.hashtextextended(k, 0) AS h
+    FROM unnest(%(locks)s::text[]) AS k
     ORDER BY 1
 ) AS l;
 
@@ -272,7 +272,7 @@ inserted AS (
     RETURNING id
 ),
 opened AS (
-    INSERT INTO @schema@.unique_windows AS w (queue, unique_key, job_id, expires_at)
+    INSERT INTO @schema@.unique_windows (queue, unique_key, job_id, expires_at)
     SELECT
         %(queue)s::text, %(unique_key)s::text, i.id,
         t.now + %(unique_for_s)s::float8 * interval '1 second'
