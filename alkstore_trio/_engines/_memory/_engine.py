@@ -188,10 +188,8 @@ class MemoryEngine:
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         def run(table: JobTable, now: datetime) -> list[Enqueued]:
-            ids = table.enqueue(specs, now)
-            self.wakes.publish(
-                {spec.queue for spec, job_id in zip(specs, ids, strict=True) if job_id.created}
-            )
+            ids, woken = table.enqueue_and_wake(specs, now)
+            self.wakes.publish(woken)
             return ids
 
         return await self._call_when_free(run)

@@ -215,24 +215,29 @@ class JobTable:
         row (Q15) takes its key from its transaction's hold and opens its window."""
         self._observe(now)
         jobs = [t.enqueued_job(spec, job_id, now) for job_id, spec in rows]
-        for job in jobs:
+        for job, (_, spec) in zip(jobs, rows, strict=True):
             self._set_live(job, now)
             if job.expires_at is not None:
                 heapq.heappush(self._index(job.queue).expiry, (job.expires_at, job.id))
-        for job_id, spec in rows:
             if spec.unique_key is not None:
-                self._take_key(job_id, spec, now)
+                self._take_key(job.id, spec, now)
         return [job.id for job in jobs]
 
     def enqueue(self, specs: Sequence[EnqueueSpec], now: datetime) -> list[Enqueued]:
         """Q2: insert new rows with fresh ids; Q15: a spec whose key is held creates
         nothing and gets the holder's id (``created=False``)."""
+        return self.enqueue_and_wake(specs, now)[0]
+
+    def enqueue_and_wake(
+        self, specs: Sequence[EnqueueSpec], now: datetime
+    ) -> tuple[list[Enqueued], set[str]]:
+        """:meth:`enqueue`, and the queues that got a row (to wake)."""
         if all(spec.unique_key is None for spec in specs):
             ids = self.insert(list(zip(self.reserve_ids(len(specs)), specs, strict=True)), now)
-            return list(map(Enqueued, ids))
+            return list(map(Enqueued, ids)), {spec.queue for spec in specs}
         results, rows = self._plan(specs, now, holder=None)
         self.insert(rows, now)
-        return results
+        return results, {spec.queue for _, spec in rows}
 
     def hold(
         self, specs: Sequence[EnqueueSpec], now: datetime, holder: object
