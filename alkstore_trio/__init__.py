@@ -24,6 +24,7 @@ Everything public is re-exported here (except the ``testing``, ``contrib`` and
 
 import logging as _logging
 
+from ._core import Enqueued as Enqueued
 from ._core import Headers as Headers
 from ._core import Job as Job
 from ._core import JobState as JobState

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from .._core import Job
+    from .._store import Queue
 
 
 def add_parser(
@@ -99,7 +100,8 @@ def _add_requeue(
             "and wake the queue's workers. Name the jobs by id, or --all for every "
             "dead job (of --queue, or of every queue). Each queue's jobs move in one "
             "transaction. Ids that are not dead jobs (of --queue, when given) are "
-            "reported and skipped."
+            "reported and skipped. A dead job with a unique key that a live job holds "
+            "stays dead, and is reported (the key allows one live job)."
         ),
         examples=[
             "alkstore-trio dead requeue 17 42",
@@ -118,7 +120,10 @@ def _add_requeue(
     requeue.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object: the count per queue, the total and the skipped ids",
+        help=(
+            "print one JSON object: the count per queue, the total, the skipped ids and "
+            "the ids held dead by a live job's unique key"
+        ),
     )
 
 
@@ -194,9 +199,11 @@ async def requeue_dead(args: argparse.Namespace) -> int:
     async with operator_store(args) as store:
         moved: dict[str, int] = {}
         skipped: list[int] = []
+        held: list[int] = []  # Q15.4: still dead, a live job holds their unique key
         if args.all:
             for name in await queues_with(store, args.queue, dead=True):
                 moved[name] = await store.queue(name).requeue_dead(all=True)
+                held += await _keyed_dead_ids(store.queue(name))
         else:
             by_queue: dict[str, list[int]] = {}
             for job_id in ids:
@@ -209,17 +216,25 @@ async def requeue_dead(args: argparse.Namespace) -> int:
                 moved[name] = await store.queue(name).requeue_dead(queue_ids)
                 # A job redriven or purged meanwhile by someone else is not moved.
                 if moved[name] < len(queue_ids):
-                    skipped += [
-                        job_id
-                        for job_id in queue_ids
-                        if (job := await store.get_job(job_id)) is None
-                        or job.state != "pending"
-                        or job.attempts != 0
-                    ]
+                    for job_id in queue_ids:
+                        job = await store.get_job(job_id)
+                        if job is not None and job.state == "dead" and job.unique_key:
+                            held.append(job_id)
+                        elif job is None or job.state != "pending" or job.attempts != 0:
+                            skipped.append(job_id)
     total = sum(moved.values())
     if args.json:
         queues = [{"queue": name, "requeued": count} for name, count in moved.items()]
-        say(json.dumps({"queues": queues, "requeued": total, "skipped": sorted(skipped)}))
+        say(
+            json.dumps(
+                {
+                    "queues": queues,
+                    "requeued": total,
+                    "skipped": sorted(skipped),
+                    "held": sorted(held),
+                }
+            )
+        )
     else:
         for name, count in moved.items():
             say(f"queue {name!r}: requeued {count} dead job{'s' if count != 1 else ''}")
@@ -230,11 +245,33 @@ async def requeue_dead(args: argparse.Namespace) -> int:
                 f"jobs{scope}: {' '.join(map(str, sorted(skipped)))}",
                 file=sys.stderr,
             )
+        if held:
+            print(
+                f"alkstore-trio dead requeue: {len(held)} dead job(s) stayed dead because a "
+                f"live job holds their unique key: {' '.join(map(str, sorted(held)))}",
+                file=sys.stderr,
+            )
         if args.all and not moved:
             say("requeued 0 dead jobs")
     if not args.all and total == 0:
+        if held:
+            raise CommandFailed(
+                "no job was requeued: live jobs hold the unique keys of the dead ones; "
+                "requeue them once those jobs are done"
+            )
         raise CommandFailed("none of the ids is a dead job; see 'alkstore-trio dead list'")
     return EXIT_OK
+
+
+async def _keyed_dead_ids(queue: Queue) -> list[int]:
+    """Q15.4: the ids of the queue's dead jobs that have a unique key: after a redrive of
+    every dead job, the ones a live job's key kept dead."""
+    ids: list[int] = []
+    after: int | None = None
+    while page := await queue.list_jobs("dead", limit=1000, after_id=after):
+        ids += [job.id for job in page if job.unique_key is not None]
+        after = page[-1].id
+    return ids
 
 
 async def purge_dead(args: argparse.Namespace) -> int:

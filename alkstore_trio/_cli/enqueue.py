@@ -32,13 +32,17 @@ def add_parser(
         description=(
             "Enqueue one job with the default stamps (visibility timeout 300 s, 3 "
             "attempts, backoff base 5 s), and the headers given with --header, and print "
-            "its id."
+            "its id. With --unique-key, a live job of the queue with the same key (or "
+            "the key's --unique-for-s window) makes it enqueue nothing: it prints that "
+            "job's id, followed by 'existing'."
         ),
         examples=[
             """alkstore-trio enqueue --queue emails --payload-json '{"to": "ada@example.com"}'""",
             "alkstore-trio enqueue --queue thumbnails --payload-file photo.jpg "
             "--header tenant=acme --delay-s 60",
             "printf 'raw bytes' | alkstore-trio enqueue --queue blobs --payload-file -",
+            'alkstore-trio enqueue --queue reports --payload-json \'{"day": "2026-12-01"}\' '
+            "--unique-key report:2026-12-01 --json",
         ],
     )
     enqueue.add_argument(
@@ -92,6 +96,53 @@ def add_parser(
             "'='); repeat for more (default: none)"
         ),
     )
+    _add_unique_options(enqueue)
+
+
+def _add_unique_options(enqueue: argparse.ArgumentParser) -> None:
+    """Q15: ``--unique-key``, ``--unique-for-s`` and ``--json``."""
+    enqueue.add_argument(
+        "--unique-key",
+        metavar="KEY",
+        type=_unique_key,
+        default=None,
+        help=(
+            "at most one live job of the queue has KEY: if one does, enqueue nothing and "
+            "print its id (default: no key)"
+        ),
+    )
+    enqueue.add_argument(
+        "--unique-for-s",
+        metavar="S",
+        type=_window,
+        default=None,
+        help="with --unique-key: also refuse KEY for S seconds after this job is created",
+    )
+    enqueue.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object: {"id": ID, "created": true|false}',
+    )
+
+
+def _unique_key(text: str) -> str:
+    """An argparse ``type`` for ``--unique-key`` (Q15.7); the key is not echoed back."""
+    try:
+        return v.check_unique_key(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _window(text: str) -> float:
+    """An argparse ``type`` for ``--unique-for-s``: seconds > 0."""
+    try:
+        return v.check_duration("--unique-for-s", float(text), min_s=0, min_inclusive=False)
+    except (ValueError, InvalidArgument) as exc:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0, e.g. --unique-for-s 3600; got {text!r}"
+            if not isinstance(exc, InvalidArgument)
+            else str(exc)
+        ) from None
 
 
 def _payload_json(text: str) -> bytes:
@@ -164,6 +215,8 @@ class _HeadersAction(argparse.Action):
 
 
 async def run(args: argparse.Namespace) -> int:
+    if args.unique_for_s is not None and args.unique_key is None:
+        args.usage_error("--unique-for-s needs --unique-key")
     async with operator_store(args) as store:
         job_id = await store.queue(args.queue).enqueue(
             args.payload,
@@ -171,6 +224,13 @@ async def run(args: argparse.Namespace) -> int:
             delay_s=args.delay_s,
             max_attempts=args.max_attempts,
             headers=args.headers,
+            unique_key=args.unique_key,
+            unique_for_s=args.unique_for_s,
         )
-    say(str(job_id))
+    if args.json:
+        say(json.dumps({"id": int(job_id), "created": job_id.created}))
+    else:
+        # The id first, so that scripts can keep reading it; 'existing' when nothing new
+        # was enqueued (Q15: a live job, or the window, holds the key).
+        say(str(int(job_id)) if job_id.created else f"{int(job_id)} existing")
     return EXIT_OK

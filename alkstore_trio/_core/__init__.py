@@ -15,6 +15,7 @@ from ._periodic import PeriodicInfo as PeriodicInfo
 from ._periodic import PeriodicTick as PeriodicTick
 from ._records import DEFAULT_OPTS as DEFAULT_OPTS
 from ._records import NO_HEADERS as NO_HEADERS
+from ._records import Enqueued as Enqueued
 from ._records import EnqueueSpec as EnqueueSpec
 from ._records import Headers as Headers
 from ._records import Job as Job

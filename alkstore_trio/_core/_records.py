@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, TypeAlias, final
 
+from .._errors import InvalidArgument
 from . import _validate as v
 
 if TYPE_CHECKING:
@@ -120,7 +121,8 @@ class Job:
     claimed job's snapshot shows the post-claim count, its *claim token*). The payload and
     the headers are left out of ``repr`` so that logging a job never leaks them.
     ``headers`` are the enqueuer's metadata (D30), kept for the job's life like the
-    payload; empty unless the enqueue gave some.
+    payload; empty unless the enqueue gave some. ``unique_key`` is the key the enqueue
+    gave (Q15), kept for the job's life, dead rows included.
     """
 
     id: int
@@ -141,6 +143,9 @@ class Job:
     last_error: str | None
     died_at: datetime | None
     headers: Headers = field(default=NO_HEADERS, repr=False)
+    #: Q15: the job's unique key (``None`` for none). Left out of ``repr`` like the
+    #: headers: a key is often made from private data (a user id, an address).
+    unique_key: str | None = field(default=None, repr=False)
 
 
 class SweepResult(NamedTuple):
@@ -245,7 +250,7 @@ class EnqueueSpec(NamedTuple):
     are resolved by :func:`alkstore_trio._core.enqueued_job` with the engine's ``now``.
     A named tuple rather than a frozen dataclass: ``enqueue_many`` makes one per payload,
     and building a frozen dataclass cost more than the rest of the call's validation.
-    Its ``repr`` leaves out the payload and the headers.
+    Its ``repr`` leaves out the payload, the headers and the unique key.
     """
 
     queue: str
@@ -258,6 +263,11 @@ class EnqueueSpec(NamedTuple):
     backoff_base_s: float
     expires_in_s: float | None
     headers: Headers = NO_HEADERS
+    #: Q15: at most one live job per (queue, unique_key); ``None`` for no key.
+    unique_key: str | None = None
+    #: Q15: the window, in seconds, during which a created job's key refuses new jobs
+    #: whatever became of it; ``None`` for none (always ``None`` without a key).
+    unique_for_s: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -265,8 +275,61 @@ class EnqueueSpec(NamedTuple):
             f"delay_s={self.delay_s!r}, run_at={self.run_at!r}, "
             f"max_attempts={self.max_attempts!r}, "
             f"visibility_timeout_s={self.visibility_timeout_s!r}, "
-            f"backoff_base_s={self.backoff_base_s!r}, expires_in_s={self.expires_in_s!r})"
+            f"backoff_base_s={self.backoff_base_s!r}, expires_in_s={self.expires_in_s!r}, "
+            f"unique_for_s={self.unique_for_s!r})"
         )
+
+
+class Enqueued(int):
+    """What an enqueue returns (Q2, Q15): the job id, an ``int``, with a read-only
+    :attr:`created` flag.
+
+    ``created`` is ``False`` when the enqueue made no job because its ``unique_key`` was
+    held: the id is then the live job's that holds the key, or, within a
+    ``unique_for_s`` window, the id of the last job created with that key, whatever
+    became of it (Q15). Without a key, ``created`` is always ``True``. Code that treats
+    the result as an int (``job_id = await queue.enqueue(...)``) keeps working:
+    an ``Enqueued`` equals, hashes, formats and pickles like its id.
+
+    ``Enqueued(job_id)`` is a created job; :meth:`existing` makes the other kind (an
+    engine written outside the library returns these from its ``enqueue``).
+    """
+
+    # No instance dict (attributes cannot be set) and no __new__ of our own: making one
+    # costs what making an int subclass costs, on every enqueue of every job.
+    __slots__ = ()
+
+    @property
+    def created(self) -> bool:
+        """Whether this enqueue created the job (``False``: the key was held, Q15)."""
+        return True
+
+    @staticmethod
+    def existing(job_id: int) -> Enqueued:
+        """The result of an enqueue that created nothing: ``job_id`` holds the key."""
+        return _Existing(job_id)
+
+    def __repr__(self) -> str:
+        return f"Enqueued({int(self)}, created={self.created})"
+
+    # str() and f-strings show the id alone, as for an int (object.__str__ would call
+    # the __repr__ above).
+    __str__ = int.__repr__
+
+    def __reduce__(self) -> tuple[type[Enqueued], tuple[int]]:
+        return (type(self), (int(self),))
+
+
+@final
+class _Existing(Enqueued):
+    """An :class:`Enqueued` with ``created=False`` (made by :meth:`Enqueued.existing`)."""
+
+    __slots__ = ()
+
+    @property
+    def created(self) -> bool:
+        """``False``: the enqueue created nothing (Q15)."""
+        return False
 
 
 def enqueue_specs(
@@ -280,14 +343,26 @@ def enqueue_specs(
     run_at: object,
     max_attempts: object,
     headers: object = None,
+    unique_keys: Sequence[str | None] | None = None,
+    unique_for_s: object = None,
 ) -> list[EnqueueSpec]:
-    """Validate Q2's arguments for one or many payloads; raise before any effect."""
+    """Validate Q2's arguments for one or many payloads; raise before any effect.
+
+    ``unique_keys`` are already checked (one per payload, or ``None`` for no keys);
+    ``unique_for_s`` is checked here and kept only on the specs with a key (Q15).
+    """
     checked_headers = NO_HEADERS if headers is None else Headers(v.check_headers(headers))
     checked_priority = v.check_priority(priority)
-    checked_delay = None if delay_s is None else v.check_duration("delay_s", delay_s)
+    # Q2.1: a negative delay means now (it used to backdate the row).
+    checked_delay = None if delay_s is None else max(0.0, v.check_duration("delay_s", delay_s))
     checked_run_at = v.check_optional_run_at(run_at)
     override = v.check_optional_max_attempts(max_attempts)
     resolved_max = opts.max_attempts if override is None else override
+    if unique_keys is not None or unique_for_s is not None:
+        return _unique_specs(
+            queue, opts, payloads, max_payload_bytes, checked_priority, checked_delay,
+            checked_run_at, resolved_max, checked_headers, unique_keys, unique_for_s,
+        )  # fmt: skip
     return [
         EnqueueSpec(
             queue=queue,
@@ -302,4 +377,41 @@ def enqueue_specs(
             headers=checked_headers,
         )
         for payload in payloads
+    ]
+
+
+def _unique_specs(
+    queue: str,
+    opts: QueueOpts,
+    payloads: Sequence[object],
+    max_payload_bytes: int,
+    priority: int,
+    delay_s: float | None,
+    run_at: datetime | None,
+    max_attempts: int,
+    headers: Headers,
+    unique_keys: Sequence[str | None] | None,
+    unique_for_s: object,
+) -> list[EnqueueSpec]:
+    """Q15: :func:`enqueue_specs` with keys (the path of keyed enqueues only)."""
+    window = v.check_optional_duration("unique_for_s", unique_for_s, min_s=0, min_inclusive=False)
+    keys: Sequence[str | None] = [None] * len(payloads) if unique_keys is None else unique_keys
+    if window is not None and not any(key is not None for key in keys):
+        raise InvalidArgument("unique_for_s needs a unique_key; got no key")
+    return [
+        EnqueueSpec(
+            queue=queue,
+            payload=v.check_payload(payload, max_payload_bytes),
+            priority=priority,
+            delay_s=delay_s,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            visibility_timeout_s=opts.visibility_timeout_s,
+            backoff_base_s=opts.backoff_base_s,
+            expires_in_s=opts.expires_in_s,
+            headers=headers,
+            unique_key=key,
+            unique_for_s=None if key is None else window,
+        )
+        for payload, key in zip(payloads, keys, strict=True)
     ]

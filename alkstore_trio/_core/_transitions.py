@@ -50,11 +50,12 @@ def enqueued_job(spec: EnqueueSpec, job_id: int, now: datetime) -> Job:
     """Q2: the new pending row for ``spec``, resolved with one clock read ``now``.
 
     ``run_at`` is ``now + delay_s`` when a delay is given (it wins over ``run_at``; a
-    negative delay just makes the job ready now), else ``run_at`` as given, else ``now``.
-    ``expires_at`` is relative to the enqueue time.
+    negative delay makes the job ready now, Q2.1: ``run_at = now``), else ``run_at`` as
+    given, else ``now``. ``expires_at`` is relative to the enqueue time.
     """
     if spec.delay_s is not None:
-        run_at = now + timedelta(seconds=spec.delay_s)
+        # Q2.1: a negative delay means now (never a backdated row).
+        run_at = now + timedelta(seconds=spec.delay_s) if spec.delay_s > 0 else now
     elif spec.run_at is not None:
         run_at = spec.run_at
     else:
@@ -79,6 +80,7 @@ def enqueued_job(spec: EnqueueSpec, job_id: int, now: datetime) -> Job:
         last_error=None,
         died_at=None,
         headers=spec.headers,
+        unique_key=spec.unique_key,
     )
 
 

@@ -39,6 +39,8 @@ HEADER_NAME_MAX_CHARS: Final = 256
 #: Most bytes of all header names and values together, UTF-8 encoded (D30): room for a
 #: W3C trace context with an 8 KiB ``baggage`` and more.
 HEADERS_MAX_BYTES: Final = 16384
+#: Longest unique key, in characters (Q15): the limit of a header name.
+UNIQUE_KEY_MAX_CHARS: Final = HEADER_NAME_MAX_CHARS
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
 RESERVED_PREFIX: Final = "alk_"
@@ -125,7 +127,9 @@ def check_int(param: str, value: object, *, lo: int, hi: int) -> int:
     number: int = value  # type: ignore[assignment]
     if not lo <= number <= hi:
         raise InvalidArgument(f"{param} must be between {lo} and {hi}; got {_show(value)}")
-    return number
+    # Canonical: a plain int, also for a subclass such as an Enqueued id (Q15), which a
+    # driver may not adapt (psycopg refuses a list mixing int and a subclass).
+    return number if type(number) is int else int(number)
 
 
 def check_priority(value: object) -> int:
@@ -276,6 +280,32 @@ def check_headers(value: object) -> list[tuple[str, str]]:
             f"(UTF-8); got {total} bytes"
         )
     return pairs
+
+
+def check_unique_key(value: object) -> str:
+    """Q15: a unique key, validated as a header name is (D30): a non-empty str of at most
+    256 characters, no NUL, no lone surrogate. The message never shows the key (it may
+    be derived from private data)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"unique_key must be a str or None; got a {type(value).__name__}")
+    if not value:
+        raise InvalidArgument(f"unique_key must be 1-{UNIQUE_KEY_MAX_CHARS} characters; got ''")
+    return _check_storable("unique_key", value, max_chars=UNIQUE_KEY_MAX_CHARS, echo=False)
+
+
+def check_unique_keys(values: object, count: int) -> list[str | None]:
+    """Q15: ``enqueue_many``'s ``unique_keys``: one key (or ``None``) per payload."""
+    if isinstance(values, str | bytes | bytearray | memoryview) or not isinstance(values, Iterable):
+        raise InvalidArgument(
+            f"unique_keys must be a sequence of str or None, one per payload; got a "
+            f"{type(values).__name__}"
+        )
+    keys = [None if key is None else check_unique_key(key) for key in values]
+    if len(keys) != count:
+        raise InvalidArgument(
+            f"unique_keys must have one entry per payload ({count}); got {len(keys)}"
+        )
+    return keys
 
 
 def check_worker_id(value: object) -> str:

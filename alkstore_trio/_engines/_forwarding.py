@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
-    from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
     from ._wake import WakeListener
@@ -64,7 +64,7 @@ class ForwardingEngine:
 
     # -- the work path -----------------------------------------------------------------
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         return await self.inner.enqueue(specs)
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
-    from .._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._wake import WakeListener
 
@@ -66,8 +66,10 @@ class FailItem(NamedTuple):
 class EngineTransaction(Protocol):
     """One open engine transaction (Q10)."""
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
-        """Write rows that become visible, and wake their queues, only at commit."""
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
+        """Write rows that become visible, and wake their queues, only at commit. Q15: a
+        key held (by a live job, a window, or this transaction) creates nothing; a key
+        this transaction enqueues is held against everyone else until it ends."""
         ...
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
@@ -85,9 +87,12 @@ class WorkPath(Protocol):
     read for the whole batch (Q13).
     """
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
-        """Q2: insert all rows atomically with one clock read; wake their queues. The new
-        ids, in the order of ``specs`` (``specs`` is never empty)."""
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
+        """Q2: insert all rows atomically with one clock read; wake their queues. One
+        :class:`~alkstore_trio.Enqueued` per spec, in order (``specs`` is never empty).
+        Q15: a spec with a ``unique_key`` that a live job of its queue (or an earlier
+        spec of the call, or an open ``unique_for_s`` window) holds creates nothing and
+        returns that job's id with ``created=False``; under any concurrency."""
         ...
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
@@ -176,8 +181,9 @@ class OperatorPath(Protocol):
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
         """D24: move this queue's dead rows with these distinct ids (every one for
         ``None``) back to pending, ready now, attempts reset, atomically; wake the queue
-        when any moved. Ids that are not dead rows of this queue are ignored. The
-        count moved."""
+        when any moved. Ids that are not dead rows of this queue are ignored; Q15: so
+        are rows whose unique key a live job holds, and of rows sharing a key all but
+        the lowest id. The count moved."""
         ...
 
     async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from .._core import Job, JobState, QueueOpts, SweepResult
+from .._core import Enqueued, Job, JobState, QueueOpts, SweepResult
 from .._core import _validate as v
 from .._core._reschedule import check_reschedule
 from .._engines._protocol import Claim, FailItem
@@ -61,8 +61,11 @@ class Queue:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> int:
-        """Enqueue one job (Q2) and wake the queue.
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
+    ) -> Enqueued:
+        """Enqueue one job (Q2) and wake the queue; with a ``unique_key``, only if no live
+        job of this queue holds that key (Q15).
 
         Args:
             payload: The job's bytes, stored and returned exactly (at most the store's
@@ -75,18 +78,28 @@ class Queue:
             headers: Metadata kept beside the payload for the job's life and shown as
                 :attr:`Job.headers` (D30), e.g. a trace context: at most 64 str names
                 (1-256 characters) to str values, 16 KiB in all, no NUL characters.
+            unique_key: At most one live (pending or processing) job of this queue holds
+                a key (Q15): when one does, nothing is enqueued and its id comes back
+                with ``created=False``. 1-256 characters, no NUL. The key frees when
+                its job is acked, cancelled or dead.
+            unique_for_s: With ``unique_key``: the key also refuses new jobs for this
+                many seconds after this job was created, whatever became of it (a
+                throttle); the refusal returns the id of the job that opened the window.
 
         Returns:
-            The new job's id (ids increase in enqueue order).
+            The job's id as an :class:`~alkstore_trio.Enqueued` (an ``int``; ids
+            increase in enqueue order): ``created`` is ``False`` when the key was held.
 
         Raises:
             InvalidArgument: an argument is invalid; nothing was enqueued.
             StoreClosed: the store is closed.
         """
         self._store._check_open()
+        keys = None if unique_key is None else [v.check_unique_key(unique_key)]
         specs = self._store._specs(
-            self._name, self._opts, [payload], priority, delay_s, run_at, max_attempts, headers
-        )
+            self._name, self._opts, [payload], priority, delay_s, run_at, max_attempts,
+            headers, keys, unique_for_s,
+        )  # fmt: skip
         (job_id,) = await self._engine.enqueue(specs)
         return job_id
 
@@ -99,14 +112,19 @@ class Queue:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> list[int]:
+        unique_keys: Iterable[str | None] | None = None,
+        unique_for_s: float | None = None,
+    ) -> list[Enqueued]:
         """Enqueue many jobs atomically (all or none) with one clock read and one wake.
 
         Takes the same options as :meth:`enqueue`, applied to every job (each job gets
-        the same ``headers``).
+        the same ``headers``), except the keys: ``unique_keys`` gives one key (or
+        ``None``) per payload (Q15). A job whose key is held, by a live job or by an
+        earlier payload of the same call, creates nothing.
 
         Returns:
-            The new ids, in the order of ``payloads`` (empty for no payloads).
+            One :class:`~alkstore_trio.Enqueued` per payload, in order (empty for no
+            payloads).
 
         Raises:
             InvalidArgument: an argument or any payload is invalid; nothing was enqueued.
@@ -124,9 +142,11 @@ class Queue:
             raise InvalidArgument(
                 f"payloads must be an iterable of bytes; got a {type(payloads).__name__}"
             ) from None
+        keys = None if unique_keys is None else v.check_unique_keys(unique_keys, len(items))
         specs = self._store._specs(
-            self._name, self._opts, items, priority, delay_s, run_at, max_attempts, headers
-        )
+            self._name, self._opts, items, priority, delay_s, run_at, max_attempts,
+            headers, keys, unique_for_s,
+        )  # fmt: skip
         if not specs:
             await trio.lowlevel.checkpoint()
             return []

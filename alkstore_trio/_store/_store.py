@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, final
 
-from .._core import DEFAULT_OPTS, EnqueueSpec, Job, QueueOpts, StoreStats, enqueue_specs
+from .._core import DEFAULT_OPTS, Enqueued, EnqueueSpec, Job, QueueOpts, StoreStats, enqueue_specs
 from .._core import _periodic as periodic  # Q17
 from .._core import _validate as v
 from .._errors import HandleConsumed, InvalidArgument, StoreClosed
@@ -246,6 +246,8 @@ class Store:
         run_at: object,
         max_attempts: object,
         headers: object,
+        unique_keys: Sequence[str | None] | None = None,
+        unique_for_s: object = None,
     ) -> list[EnqueueSpec]:
         return enqueue_specs(
             queue,
@@ -257,6 +259,8 @@ class Store:
             run_at=run_at,
             max_attempts=max_attempts,
             headers=headers,
+            unique_keys=unique_keys,
+            unique_for_s=unique_for_s,
         )
 
 
@@ -279,7 +283,9 @@ class Transaction:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> int:
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
+    ) -> Enqueued:
         """Enqueue one job inside the transaction; visible (and woken) only at commit.
 
         Args:
@@ -287,8 +293,15 @@ class Transaction:
                 (the default stamps 300 / 3 / 5 / None are used).
             payload: As :meth:`Queue.enqueue`; so are the keyword options.
 
+        With a ``unique_key`` (Q15), the key is checked now, against the live jobs and
+        this transaction's own: a key held returns the holder's id with
+        ``created=False``. A key this transaction enqueues is held until it ends: an
+        enqueue of the same key elsewhere waits for the commit (and then finds the job)
+        or the rollback (and then creates its own).
+
         Returns:
-            The new job's id (if the transaction rolls back, the id is never used).
+            The job's id as an :class:`~alkstore_trio.Enqueued` (if the transaction
+            rolls back, a created id is never used).
 
         Raises:
             InvalidArgument: an argument is invalid; nothing was buffered.
@@ -300,9 +313,11 @@ class Transaction:
             raise HandleConsumed("this transaction already ended; open a new one")
         name = self._store._queue_name(queue)
         opts = queue.opts if isinstance(queue, Queue) else DEFAULT_OPTS
+        keys = None if unique_key is None else [v.check_unique_key(unique_key)]
         specs = self._store._specs(
-            name, opts, [payload], priority, delay_s, run_at, max_attempts, headers
-        )
+            name, opts, [payload], priority, delay_s, run_at, max_attempts, headers, keys,
+            unique_for_s,
+        )  # fmt: skip
         (job_id,) = await self._engine.enqueue(specs)
         return job_id
 

@@ -23,11 +23,21 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from .._core import Headers, Job, JobState, QueueOpts, QueueStats, StoreStats, SweepResult
+from .._core import (
+    Enqueued,
+    Headers,
+    Job,
+    JobState,
+    QueueOpts,
+    QueueStats,
+    StoreStats,
+    SweepResult,
+)
+from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
 
 if TYPE_CHECKING:
@@ -77,106 +87,6 @@ class _Stamps:
     backoff_base_s: float
 
 
-@dataclass(frozen=True)
-class _PendingInsert:
-    job_id: int
-    queue: str
-    payload: bytes
-    opts: QueueOpts
-    priority: int
-    delay_s: float | None
-    run_at: datetime | None
-    max_attempts: int | None
-    headers: Mapping[str, str] | None
-
-
-@dataclass
-class ModelTransaction:
-    """A transaction of the :class:`ReferenceModel` (Q10, decision 7).
-
-    :meth:`enqueue` reserves the id at once; :meth:`commit` inserts every row with the
-    commit's ``now``; :meth:`rollback` drops them (their ids are never used again).
-    Made by :meth:`ReferenceModel.transaction`.
-    """
-
-    model: ReferenceModel
-    _rows: list[_PendingInsert] = field(default_factory=list)
-    _state: Literal["open", "committed", "rolled back"] = "open"
-
-    def enqueue(
-        self,
-        queue: str,
-        payload: bytes | bytearray | memoryview,
-        *,
-        opts: QueueOpts | None = None,
-        priority: int = 0,
-        delay_s: float | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> int:
-        """Reserve an id and buffer one row, as ``tx.enqueue`` does.
-
-        Args:
-            queue: The queue name.
-            payload: The job's bytes.
-            opts: The enqueuing handle's stamps; ``None`` for a bare queue name (the
-                defaults 300 / 3 / 5 / None).
-            priority: As Q2.
-            delay_s: As Q2.
-            run_at: As Q2.
-            max_attempts: As Q2.
-            headers: As D30 (``None`` for none).
-
-        Returns:
-            The reserved job id.
-        """
-        if self._state != "open":
-            raise RuntimeError(f"model transaction already {self._state}")
-        job_id = self.model._reserve_id()
-        self._rows.append(
-            _PendingInsert(
-                job_id=job_id,
-                queue=queue,
-                payload=bytes(payload),
-                opts=_DEFAULT_OPTS if opts is None else opts,
-                priority=priority,
-                delay_s=delay_s,
-                run_at=run_at,
-                max_attempts=max_attempts,
-                headers=headers,
-            )
-        )
-        return job_id
-
-    def commit(self, *, now: datetime) -> list[int]:
-        """Insert the buffered rows, all resolved with this ``now``; returns their ids."""
-        if self._state != "open":
-            raise RuntimeError(f"model transaction already {self._state}")
-        self._state = "committed"
-        for row in self._rows:
-            self.model._insert(
-                row.job_id,
-                row.queue,
-                row.payload,
-                row.opts,
-                priority=row.priority,
-                delay_s=row.delay_s,
-                run_at=row.run_at,
-                max_attempts=row.max_attempts,
-                headers=row.headers,
-                now=now,
-            )
-        return [row.job_id for row in self._rows]
-
-    def rollback(self) -> None:
-        """Drop the buffered rows."""
-        if self._state != "open":
-            raise RuntimeError(f"model transaction already {self._state}")
-        self._state = "rolled back"
-        self._rows.clear()
-
-
 class ReferenceModel:
     """A naive, obviously-correct oracle of the queue contract (Q1-Q10).
 
@@ -209,6 +119,8 @@ class ReferenceModel:
         self.periodic = PeriodicModel()
         #: Q18: the paused queues.
         self._paused: set[str] = set()
+        #: Q15: per (queue, key), the end of its window and the job that opened it.
+        self._windows: dict[tuple[str, str], tuple[datetime, int]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -290,9 +202,12 @@ class ReferenceModel:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
         now: datetime,
-    ) -> int:
-        """Q2: one new pending row stamped with ``opts``; returns its id.
+    ) -> Enqueued:
+        """Q2: one new pending row stamped with ``opts``; returns its id (Q15: or the id
+        of the job holding ``unique_key``, with ``created=False``).
 
         Args:
             queue: The queue name.
@@ -303,6 +218,8 @@ class ReferenceModel:
             run_at: Run at this time.
             max_attempts: The per-job override of ``opts.max_attempts``.
             headers: The job's headers (D30); ``None`` for none.
+            unique_key: The job's unique key (Q15); ``None`` for none.
+            unique_for_s: The key's window (Q15.5), with a key.
             now: The operation's clock read.
         """
         (job_id,) = self.enqueue_many(
@@ -314,6 +231,8 @@ class ReferenceModel:
             run_at=run_at,
             max_attempts=max_attempts,
             headers=headers,
+            unique_keys=None if unique_key is None else [unique_key],
+            unique_for_s=unique_for_s,
             now=now,
         )
         return job_id
@@ -329,14 +248,23 @@ class ReferenceModel:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
+        unique_keys: Sequence[str | None] | None = None,
+        unique_for_s: float | None = None,
         now: datetime,
-    ) -> list[int]:
+    ) -> list[Enqueued]:
         """Q2: many rows with one ``now``, ids in payload order (``[]`` for none).
 
-        Takes the same arguments as :meth:`enqueue`, applied to every payload.
+        Takes the same arguments as :meth:`enqueue`, applied to every payload, but one key
+        per payload (``unique_keys``, Q15): a payload whose key is held (also by an
+        earlier payload of the call) creates nothing and gets the holder's id.
         """
-        ids = []
-        for payload in payloads:
+        ids: list[Enqueued] = []
+        keys = [None] * len(payloads) if unique_keys is None else unique_keys
+        for payload, key in zip(payloads, keys, strict=True):
+            held = None if key is None else self._key_holder(queue, key, now)
+            if held is not None:
+                ids.append(Enqueued.existing(held))
+                continue
             job_id = self._reserve_id()
             self._insert(
                 job_id,
@@ -348,9 +276,11 @@ class ReferenceModel:
                 run_at=run_at,
                 max_attempts=max_attempts,
                 headers=headers,
+                unique_key=key,
+                unique_for_s=unique_for_s,
                 now=now,
             )
-            ids.append(job_id)
+            ids.append(Enqueued(job_id))
         return ids
 
     # -- Q10 transactions --------------------------------------------------------------
@@ -605,7 +535,7 @@ class ReferenceModel:
         """D24: each dead row of this queue among ``ids`` (every one for ``None``) is
         pending again, ready now, with 0 attempts, enqueued now, its time to live
         restarted, its claim fields and ``died_at`` cleared and ``last_error`` kept;
-        returns how many."""
+        returns how many. Q15.4: in id order, skipping rows whose key a live row holds."""
         wanted = None if ids is None else set(ids)
         count = 0
         for job in self.jobs():
@@ -613,6 +543,8 @@ class ReferenceModel:
                 continue
             if wanted is not None and job.id not in wanted:
                 continue
+            if job.unique_key is not None and self._live_holder(queue, job.unique_key):
+                continue  # Q15.4: a live job holds its key (maybe one moved just now)
             ttl = None if job.expires_at is None else job.expires_at - job.enqueued_at
             self._rows[job.id] = replace(
                 job,
@@ -685,6 +617,21 @@ class ReferenceModel:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _live_holder(self, queue: str, key: str) -> int | None:
+        """Q15: the live row of ``queue`` with this key, if any."""
+        for job in self._live(queue):
+            if job.unique_key == key:
+                return job.id
+        return None
+
+    def _key_holder(self, queue: str, key: str, now: datetime) -> int | None:
+        """Q15: who holds the key at ``now``: its live row, else an open window's job."""
+        live = self._live_holder(queue, key)
+        if live is not None:
+            return live
+        window = self._windows.get((queue, key))
+        return window[1] if window is not None and now < window[0] else None
+
     def _reserve_id(self) -> int:
         job_id = self._next_id
         self._next_id += 1
@@ -703,9 +650,13 @@ class ReferenceModel:
         max_attempts: int | None,
         headers: Mapping[str, str] | None,
         now: datetime,
+        unique_key: str | None = None,
+        unique_for_s: float | None = None,
     ) -> None:
+        if unique_key is not None and unique_for_s is not None:
+            self._windows[(queue, unique_key)] = (_after(now, unique_for_s), job_id)
         if delay_s is not None:
-            resolved_run_at = _after(now, delay_s)
+            resolved_run_at = _after(now, max(delay_s, 0))  # Q2.1: a negative delay is now
         elif run_at is not None:
             resolved_run_at = run_at.astimezone(UTC)  # Q8: every timestamp reads back in UTC
         else:
@@ -731,6 +682,7 @@ class ReferenceModel:
             last_error=None,
             died_at=None,
             headers=Headers(headers or {}),
+            unique_key=unique_key,
         )
 
     def _live(self, queue: str) -> list[Job]:

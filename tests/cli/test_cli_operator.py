@@ -328,6 +328,7 @@ def test_issue6_dead_requeue_json(cli, on_store):
         "queues": [{"queue": "a", "requeued": 1}],
         "requeued": 1,
         "skipped": [live],
+        "held": [],  # Q15.4: none is kept dead by a live job's unique key
     }
     status, out, _ = cli("dead", "requeue", "--all", "--json")
     data = json.loads(out)
@@ -339,7 +340,7 @@ def test_issue6_dead_requeue_json(cli, on_store):
     assert (data["requeued"], data["skipped"]) == (2, [])
     status, out, err = cli("dead", "requeue", str(live), "--json")
     assert status == EXIT_FAILED  # still a failure, with the JSON on stdout
-    assert json.loads(out) == {"queues": [], "requeued": 0, "skipped": [live]}
+    assert json.loads(out) == {"queues": [], "requeued": 0, "skipped": [live], "held": []}
     assert "none of the ids is a dead job" in err
 
 

@@ -23,7 +23,7 @@ import pytest
 import trio
 from _figures import run_counting_examples
 
-from alkstore_trio import InvalidArgument, Job, Store, open_store
+from alkstore_trio import Enqueued, InvalidArgument, Job, Store, open_store
 from alkstore_trio.engine import (
     Claim,
     Engine,
@@ -53,7 +53,7 @@ class RecordingEngine(ForwardingEngine):
         self.acked.extend(claims)
         return await super().ack(queue, claims)
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         self.calls["enqueue"] += 1
         return await super().enqueue(specs)
 

@@ -385,6 +385,28 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             )
             for paused in (True, False)
         ],
+        # Q15: the keyed enqueue's two statements.
+        "lock_unique_keys": [("two keys", {"locks": ["alkstore/emails/a", "alkstore/emails/b"]})],
+        "enqueue_unique": [
+            (
+                "keyed, with a window",
+                {
+                    "queue": QUEUE,
+                    "payload": b'{"to": "ada@example.com"}',
+                    "priority": 0,
+                    "delay_s": None,
+                    "run_at": None,
+                    "max_attempts": 3,
+                    "visibility_timeout_s": 300.0,
+                    "backoff_base_s": 5.0,
+                    "expires_in_s": None,
+                    "headers": "{}",
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                    "unique_key": "welcome:ada@example.com",
+                    "unique_for_s": 3600.0,
+                },
+            )
+        ],
     }
     return table[name]
 
@@ -603,6 +625,7 @@ JOB_COLUMNS = [
     "id", "queue", "payload", "priority", "state", "attempts", "max_attempts", "run_at",
     "enqueued_at", "visibility_timeout_s", "backoff_base_s", "expires_at", "claimed_by",
     "claimed_at", "claim_expires_at", "last_error", "nullif(headers, '{}'::jsonb)", "died_at",
+    "unique_key",
 ]  # fmt: skip
 
 
@@ -644,7 +667,8 @@ def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_ord
     lists = [
         columns
         for columns in _select_lists(_sql.queries("alkstore")[name])
-        if columns[0].endswith("id") and _bare(columns[-1]) == "died_at"
+        if columns[0].endswith("id")
+        and [_bare(column) for column in columns[-2:]] == ["died_at", "unique_key"]
     ]
     assert len(lists) == JOB_QUERIES[name], (name, lists)
     for columns in lists:
@@ -679,9 +703,10 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
         "claimed",
     ]  # fmt: skip
     returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
-    assert returned[-2:] == [
+    assert returned[-3:] == [
         "nullif(j.headers, '{}'::jsonb) AS headers",
         "NULL::timestamptz AS died_at",
+        "j.unique_key",
     ]
     # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
     # shape a migration changes).

@@ -87,7 +87,7 @@ FRAGMENT_USERS = {
     "claim_candidates": {"claim", "ack_claims_and_claim"},
     "claim_update": {"claim", "ack_claims_and_claim"},
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
-    "new_jobs": {"enqueue_many", "enqueue_one"},
+    "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
     "claim_order": {"claim", "ack_claims_and_claim"},  # the core's, not queries.sql's
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
@@ -126,13 +126,13 @@ def test_queries_the_file_writes_each_shared_piece_once(piece: str):
 
 
 def test_queries_the_job_fields_are_the_fields_the_backend_reads_in_its_order():
-    # _backend._job reads rows by position: id .. last_error, headers, died_at.
+    # _backend._job reads rows by position: id .. last_error, headers, died_at, unique_key.
     body = " ".join(LIBRARY.fragments["job_fields"].body.split())
     assert body == (
         "j.id, j.queue, j.payload, j.priority, {state} AS state, j.attempts, j.max_attempts, "
         "j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, "
         "j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error, "
-        "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at"
+        "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key"
     )
 
 
@@ -143,7 +143,7 @@ CONTRACT_WORDS = {
     "ack_batch", "heartbeat_claims", "ack_claims", "ack_claims_and_claim", "retry_claims",
     "fail_claims", "cancel", "get_job", "sweep_expired", "schema_version", "find_job",
     "list_live", "list_dead", "stats", "requeue_dead", "requeue_dead_all", "purge_dead",
-    "count_dead",
+    "count_dead", "lock_unique_keys", "enqueue_unique",  # Q15
     "reschedule", "next_due",  # Q16
     "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip

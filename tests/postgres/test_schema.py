@@ -225,12 +225,18 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
     assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 17
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 17
-    # D30: the headers, last in both tables, a jsonb object that defaults to '{}'.
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 18
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 18
+    # D30: the headers, then (Q15) the unique key, last in both tables: a jsonb object
+    # that defaults to '{}', and a nullable text without a default.
     for table in ("jobs", "dead_jobs"):
-        last = [row for row in from_migrations["columns"] if row[0] == table][-1]
-        assert last[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), last
+        *_, headers, key = [row for row in from_migrations["columns"] if row[0] == table]
+        assert headers[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), headers
+        assert key[1:5] == ("unique_key", "text", False, None), key
+    # Q15: a partial unique index over the keyed live rows, and the windows table.
+    assert "UNIQUE" in indexes["jobs_unique_key_idx"]
+    assert "WHERE (unique_key IS NOT NULL)" in indexes["jobs_unique_key_idx"]
+    assert relations["unique_windows"] == "r"
     # D27: the counter table, with room on its pages for heap-only updates.
     counters = next(row for row in from_migrations["relations"] if row[0] == "queue_counters")
     assert counters[1] == "r"

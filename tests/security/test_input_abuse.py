@@ -400,8 +400,8 @@ async def test_q2_numbers_round_trip_at_their_edges_and_abused_ones_are_rejected
     rows += len(accepted)
     last_id = max(job_id for job_id, _, _ in accepted)
 
-    # Delays: any finite number within 100 years, negative ones included (ready now).
-    for delay, expected in [(-1e9, now - timedelta(seconds=1e9)), (v.DURATION_MAX_S, None)]:
+    # Delays: any finite number within 100 years, negative ones included (Q2.1: now).
+    for delay, expected in [(-1e9, now), (v.DURATION_MAX_S, None)]:
         job_id = await queue.enqueue(b"d", delay_s=delay)
         job = await queue.get_job(job_id)
         assert job is not None

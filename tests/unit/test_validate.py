@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 import pytest
 
-from alkstore_trio import InvalidArgument
+from alkstore_trio import Enqueued, InvalidArgument
 from alkstore_trio._core import DEFAULT_OPTS, QueueOpts, enqueue_specs
 from alkstore_trio._core import _validate as v
 
@@ -663,7 +663,7 @@ def test_q2_enqueue_specs_stamp_the_queue_opts():
     assert spec.payload == b"ab"
     assert type(spec.payload) is bytes
     assert spec.priority == 3
-    assert spec.delay_s == -4.0
+    assert spec.delay_s == 0.0  # Q2.1: a negative delay means now
     assert spec.max_attempts == 4
     assert spec.visibility_timeout_s == 7.0
     assert spec.backoff_base_s == 2.0
@@ -704,3 +704,49 @@ def test_q2_enqueue_specs_empty_batch_is_empty():
 def test_q2_enqueue_spec_repr_hides_the_payload():
     (spec,) = _specs([b"SECRETXY"])
     assert "SECRETXY" not in repr(spec)
+
+
+# -- Q15 unique keys ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["k", "k" * 256, "Zürich ✓", "with space", "'); --"])
+def test_q15_unique_key_accepts_storable_text_up_to_256_characters(key):
+    assert v.check_unique_key(key) == key
+
+
+@pytest.mark.parametrize("key", ["", "k" * 257, "a\x00b", "\ud800", 5, b"k", None])
+def test_q15_unique_key_rejects_anything_else_without_showing_it(key):
+    with pytest.raises(InvalidArgument, match="unique_key") as info:
+        v.check_unique_key(key)
+    if isinstance(key, str) and len(key) > 1:
+        assert key not in str(info.value)
+
+
+def test_q15_unique_keys_need_one_entry_per_payload():
+    assert v.check_unique_keys(("a", None), 2) == ["a", None]
+    for keys in (["a"], ["a", "b", "c"], "ab", 5):
+        with pytest.raises(InvalidArgument, match="unique_keys"):
+            v.check_unique_keys(keys, 2)
+
+
+def test_q15_enqueue_specs_carry_the_key_and_the_window_of_keyed_specs_only():
+    specs = _specs([b"a", b"b"], unique_keys=["k", None], unique_for_s=30)
+    assert [(s.unique_key, s.unique_for_s) for s in specs] == [("k", 30.0), (None, None)]
+    with pytest.raises(InvalidArgument, match="unique_for_s needs a unique_key"):
+        _specs([b"a"], unique_for_s=30)
+    with pytest.raises(InvalidArgument, match="unique_for_s"):
+        _specs([b"a"], unique_keys=["k"], unique_for_s=0)
+
+
+def test_q15_enqueued_is_the_id_with_a_read_only_created_flag():
+    import pickle
+
+    found = Enqueued.existing(7)
+    assert (found, found.created, Enqueued(7).created) == (7, False, True)
+    assert (str(found), f"{found}", repr(found)) == ("7", "7", "Enqueued(7, created=False)")
+    assert hash(found) == hash(7)
+    assert isinstance(found, Enqueued)
+    assert pickle.loads(pickle.dumps(found)).created is False
+    with pytest.raises(AttributeError):
+        found.created = True  # type: ignore[misc]
+    assert type(v.check_job_id(found)) is int  # engines get plain ints

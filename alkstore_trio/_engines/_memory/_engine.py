@@ -26,12 +26,13 @@ from ..._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
 from ._periodic import PeriodicRows
-from ._table import JobTable
+from ._table import JobTable, KeyHeld
 
 if TYPE_CHECKING:
-    from ..._core import EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from ..._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._protocol import Claim, FailItem, RetryItem, SqlParams
+    from ._table import UniqueKey
 
 T = TypeVar("T")
 
@@ -162,15 +163,40 @@ class MemoryEngine:
             raise value
         raise EngineError(f"the in-memory engine failed: {type(value).__name__}") from value
 
+    async def _call_when_free(
+        self,
+        transition: Callable[[JobTable, datetime], T],
+        waiter: MemoryTransaction | None = None,
+    ) -> T:
+        """Q15: :meth:`_call`, run again after waiting each time it met a unique key that
+        an open transaction holds, until the holder committed or rolled back (as
+        PostgreSQL makes a conflicting insert wait). A wait that would close a cycle of
+        transactions waiting for each other raises :class:`EngineError`, as PostgreSQL's
+        deadlock detection does."""
+
+        def run(table: JobTable, now: datetime) -> T | KeyHeld:
+            try:
+                return transition(table, now)
+            except KeyHeld as held:
+                return held
+
+        while True:
+            outcome = await self._call(run)
+            if not isinstance(outcome, KeyHeld):
+                return outcome
+            holder = outcome.holder
+            assert isinstance(holder, MemoryTransaction)
+            await holder._wait_finished(waiter)
+
     # -- the work path -----------------------------------------------------------------
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
-        def run(table: JobTable, now: datetime) -> list[int]:
-            ids = table.enqueue(specs, now)
-            _publish_specs(self.wakes, specs, now)
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
+        def run(table: JobTable, now: datetime) -> list[Enqueued]:
+            ids, _ = table.enqueue_and_wake(specs, now)
+            _publish_specs(self.wakes, _created(specs, ids), now)
             return ids
 
-        return await self._call(run)
+        return await self._call_when_free(run)
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         return await self._call(lambda table, now: table.claim(queue, worker_id, n, now))
@@ -229,7 +255,7 @@ class MemoryEngine:
                 self.wakes.publish({queue})
             return count
 
-        return await self._call(run)
+        return await self._call_when_free(run)
 
     async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
         return await self._call(
@@ -290,6 +316,7 @@ class MemoryEngine:
             yield tx
         except BaseException:
             tx._finished = True
+            tx._release()
             raise
         await tx._commit()
 
@@ -320,13 +347,49 @@ class MemoryTransaction:
         self._backend = backend
         self._rows: list[tuple[int, EnqueueSpec]] = []
         self._finished = False
+        # Q15: the unique keys this transaction holds until it ends, who waits for it,
+        # and whom it waits for (to find a cycle of waits: a deadlock).
+        self._keys: list[UniqueKey] = []
+        self._done = trio.Event()
+        self._waiting_for: MemoryTransaction | None = None
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         if self._finished:
             raise HandleConsumed("this transaction already ended; open a new one")
-        ids = await self._backend._call(lambda table, now: table.reserve_ids(len(specs)))
-        self._rows.extend(zip(ids, specs, strict=True))
-        return ids
+        results, rows = await self._backend._call_when_free(
+            lambda table, now: table.hold(specs, now, self), waiter=self
+        )
+        self._rows.extend(rows)
+        self._keys.extend(
+            (spec.queue, spec.unique_key) for _, spec in rows if spec.unique_key is not None
+        )
+        return results
+
+    async def _wait_finished(self, waiter: MemoryTransaction | None) -> None:
+        """Q15: wait until this transaction ends; ``waiter`` is the transaction that
+        waits (``None``: an enqueue or redrive outside a transaction)."""
+        if waiter is not None:
+            holder: MemoryTransaction | None = self
+            while holder is not None:
+                if holder is waiter:
+                    raise EngineError(
+                        "deadlock detected: two transactions wait for each other's unique "
+                        "keys; this one was refused (retry it)"
+                    )
+                holder = holder._waiting_for
+            waiter._waiting_for = self
+        try:
+            await self._done.wait()
+        finally:
+            if waiter is not None:
+                waiter._waiting_for = None
+
+    def _release(self) -> None:
+        """Q15: the transaction ended: drop the holds left (all of them on a rollback)
+        and let its waiters run again. Synchronous, so it runs even when cancelled: the
+        actor changes the table only inside a request, which never spans a checkpoint."""
+        self._backend._table.release(self._keys, self)
+        self._done.set()
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
         await trio.lowlevel.checkpoint()
@@ -339,16 +402,19 @@ class MemoryTransaction:
             raise HandleConsumed("this transaction already ended")
         self._finished = True
         rows = self._rows
-        if not rows:
-            await trio.lowlevel.checkpoint()
-            return
-        backend = self._backend
+        try:
+            if not rows:
+                await trio.lowlevel.checkpoint()
+                return
+            backend = self._backend
 
-        def run(table: JobTable, now: datetime) -> None:
-            table.insert(rows, now)
-            _publish_specs(backend.wakes, [spec for _, spec in rows], now)
+            def run(table: JobTable, now: datetime) -> None:
+                table.insert(rows, now)
+                _publish_specs(backend.wakes, [spec for _, spec in rows], now)
 
-        await backend._call(run)
+            await backend._call(run)
+        finally:
+            self._release()
 
 
 def _publish_specs(wakes: WakeHub, specs: Sequence[EnqueueSpec], now: datetime) -> None:
@@ -366,3 +432,10 @@ def _publish_specs(wakes: WakeHub, specs: Sequence[EnqueueSpec], now: datetime) 
     wakes.publish(ready)
     for queue, seconds in due.items():
         wakes.publish_due(queue, seconds)
+
+
+def _created(specs: Sequence[EnqueueSpec], results: Sequence[Enqueued]) -> Sequence[EnqueueSpec]:
+    """The specs that made a row: all of them unless a unique key was held (Q15)."""
+    if all(spec.unique_key is None for spec in specs):
+        return specs
+    return [spec for spec, result in zip(specs, results, strict=True) if result.created]

@@ -18,6 +18,14 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
 Each queue also counts the jobs that left its live rows, by outcome (acked,
 dead-lettered, cancelled: D27), from the table's creation on.
 
+Q15 (unique jobs) keeps three dicts keyed by (queue, unique key), off the claim path:
+``keys`` names the live row holding a key (set when a keyed row is inserted or
+redriven, cleared when it leaves the live rows: ack, cancel, dead-letter move);
+``windows`` the (expires_at, job id) of a key's ``unique_for_s`` window, with a heap per
+queue so that the sweep drops the expired ones; ``held`` the keys an open transaction has
+enqueued but not yet committed (:class:`KeyHeld` makes everyone else wait for it, as
+PostgreSQL's locks do).
+
 Heaps are never searched or edited in place. Every change to a live row bumps the row's
 *generation*, and each heap entry carries the generation it was pushed with; an entry
 whose generation no longer matches is stale and is dropped when it surfaces. This keeps
@@ -37,11 +45,11 @@ of the contract: it lives with the engine, and the core stays the one copy of th
 from __future__ import annotations
 
 import heapq
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..._core import EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
+from ..._core import Enqueued, EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
 from ..._core import _transitions as t
 from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
 
@@ -52,6 +60,18 @@ if TYPE_CHECKING:
 
 #: A ``ready`` heap entry: the claim order key (Q3), then the row's generation.
 _ReadyEntry = tuple[int, datetime, int, int]
+#: Q15: a unique key, with its queue.
+UniqueKey = tuple[str, str]
+
+
+class KeyHeld(Exception):
+    """Q15: an operation met a unique key that an open transaction (``holder``) has
+    enqueued but not committed. Raised before any effect: the engine waits for the
+    holder to finish and runs the operation again."""
+
+    def __init__(self, holder: object) -> None:
+        super().__init__("a unique key is held by an open transaction")
+        self.holder = holder
 
 
 def _ready_entry(job: Job, gen: int) -> _ReadyEntry:
@@ -59,7 +79,7 @@ def _ready_entry(job: Job, gen: int) -> _ReadyEntry:
 
 
 class _QueueIndex:
-    __slots__ = ("dead", "delayed", "expiry", "leases", "ready")
+    __slots__ = ("dead", "delayed", "expiry", "leases", "ready", "windows")
 
     def __init__(self) -> None:
         self.ready: list[_ReadyEntry] = []
@@ -67,6 +87,7 @@ class _QueueIndex:
         self.leases: list[tuple[datetime, int, int]] = []
         self.expiry: list[tuple[datetime, int]] = []
         self.dead: list[tuple[datetime, int]] = []
+        self.windows: list[tuple[datetime, str]] = []  # Q15: (expires_at, key)
 
 
 class _Finished:
@@ -98,6 +119,11 @@ class JobTable:
         self._latest_now: datetime | None = None
         #: Q18: the paused queues.
         self._paused: set[str] = set()
+        # Q15: the live row of each key, each key's window, the keys held by open
+        # transactions (holder, reserved id).
+        self._keys: dict[UniqueKey, int] = {}
+        self._windows: dict[UniqueKey, tuple[datetime, int]] = {}
+        self._held: dict[UniqueKey, tuple[object, int]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -189,18 +215,54 @@ class JobTable:
         return list(range(first, first + count))
 
     def insert(self, rows: Sequence[tuple[int, EnqueueSpec]], now: datetime) -> list[int]:
-        """Q2/Q10: insert new pending rows with reserved ids, all with one ``now``."""
+        """Q2/Q10: insert new pending rows with reserved ids, all with one ``now``. A keyed
+        row (Q15) takes its key from its transaction's hold and opens its window."""
         self._observe(now)
         jobs = [t.enqueued_job(spec, job_id, now) for job_id, spec in rows]
-        for job in jobs:
+        for job, (_, spec) in zip(jobs, rows, strict=True):
             self._set_live(job, now)
             if job.expires_at is not None:
                 heapq.heappush(self._index(job.queue).expiry, (job.expires_at, job.id))
+            if spec.unique_key is not None:
+                self._take_key(job.id, spec, now)
         return [job.id for job in jobs]
 
-    def enqueue(self, specs: Sequence[EnqueueSpec], now: datetime) -> list[int]:
-        """Q2: insert new rows with fresh ids."""
-        return self.insert(list(zip(self.reserve_ids(len(specs)), specs, strict=True)), now)
+    def enqueue(self, specs: Sequence[EnqueueSpec], now: datetime) -> list[Enqueued]:
+        """Q2: insert new rows with fresh ids; Q15: a spec whose key is held creates
+        nothing and gets the holder's id (``created=False``)."""
+        return self.enqueue_and_wake(specs, now)[0]
+
+    def enqueue_and_wake(
+        self, specs: Sequence[EnqueueSpec], now: datetime
+    ) -> tuple[list[Enqueued], set[str]]:
+        """:meth:`enqueue`, and the queues that got a row (to wake)."""
+        if all(spec.unique_key is None for spec in specs):
+            ids = self.insert(list(zip(self.reserve_ids(len(specs)), specs, strict=True)), now)
+            return list(map(Enqueued, ids)), {spec.queue for spec in specs}
+        results, rows = self._plan(specs, now, holder=None)
+        self.insert(rows, now)
+        return results, {spec.queue for _, spec in rows}
+
+    def hold(
+        self, specs: Sequence[EnqueueSpec], now: datetime, holder: object
+    ) -> tuple[list[Enqueued], list[tuple[int, EnqueueSpec]]]:
+        """Q10/Q15: reserve ids for a transaction's rows, to be inserted at commit, and
+        hold their keys for ``holder`` until it commits or calls :meth:`release`; the
+        results and the rows to insert. Raises :class:`KeyHeld` (before any effect)
+        when another open transaction holds one of the keys."""
+        results, rows = self._plan(specs, now, holder)
+        for job_id, spec in rows:
+            if spec.unique_key is not None:
+                self._held[(spec.queue, spec.unique_key)] = (holder, job_id)
+        return results, rows
+
+    def release(self, keys: Iterable[UniqueKey], holder: object) -> None:
+        """Q15: drop ``holder``'s holds that are left on these keys (a transaction that
+        rolled back: its rows never exist; after a commit there are none left)."""
+        for key in keys:
+            held = self._held.get(key)
+            if held is not None and held[0] is holder:
+                del self._held[key]
 
     def claim(self, queue: str, worker_id: str, n: int, now: datetime) -> list[Job]:
         """Q3: the pre-claim sweep, then up to ``n`` claims in the contract's order."""
@@ -328,8 +390,10 @@ class JobTable:
     def requeue_dead(self, queue: str, job_ids: Iterable[int] | None, now: datetime) -> int:
         """D24: move this queue's dead rows with these ids (every one for ``None``) back
         to pending, ready now, attempts reset (:func:`~._transitions.requeued`); ids
-        that are not dead rows of this queue are ignored. Every new row is computed
-        before any is stored. Returns how many moved."""
+        that are not dead rows of this queue are ignored. Q15: a row whose key a live
+        row holds stays dead (skipped), and of dead rows sharing a key only the lowest
+        id moves. Every new row is computed before any is stored. Returns how many
+        moved."""
         self._observe(now)
         if job_ids is None:
             targets = [job for job in self._dead.values() if job.queue == queue]
@@ -339,12 +403,15 @@ class JobTable:
                 for job_id in dict.fromkeys(job_ids)
                 if (job := self._dead.get(job_id)) is not None and job.queue == queue
             ]
+        targets = self._redrivable(targets)
         revived = [t.requeued(job, now) for job in targets]
         for job in revived:
             del self._dead[job.id]
             self._set_live(job, now)
             if job.expires_at is not None:
                 heapq.heappush(self._index(job.queue).expiry, (job.expires_at, job.id))
+            if job.unique_key is not None:
+                self._keys[(job.queue, job.unique_key)] = job.id
         return len(revived)
 
     def purge_dead(
@@ -392,6 +459,7 @@ class JobTable:
             heapq.heappop(index.dead)
             del self._dead[job_id]
             purged += 1
+        self._drop_closed_windows(queue, index, now)
         return SweepResult(expired, purged)
 
     # -- Q16: rescheduling, and the next due time (R11) --------------------------------
@@ -487,8 +555,102 @@ class JobTable:
             heapq.heappush(index.delayed, (job.run_at, job.id, gen))
 
     def _drop_live(self, job_id: int) -> None:
-        del self._live[job_id]
+        job = self._live.pop(job_id)
         del self._gen[job_id]
+        if job.unique_key is not None:
+            # Q15: the key frees when its job leaves the live rows.
+            self._keys.pop((job.queue, job.unique_key), None)
+
+    # -- Q15 unique keys ---------------------------------------------------------------
+
+    def _holder_of(self, key: UniqueKey, now: datetime, holder: object) -> int | None:
+        """The id that holds ``key`` for an enqueue by ``holder`` (``None``: outside a
+        transaction): its own held row, the live row, or the job of an open window;
+        ``None`` when the key is free. Raises :class:`KeyHeld` for another's hold."""
+        held = self._held.get(key)
+        if held is not None:
+            if held[0] is holder:
+                return held[1]
+            raise KeyHeld(held[0])
+        live = self._keys.get(key)
+        if live is not None:
+            return live
+        window = self._windows.get(key)
+        if window is not None and now < window[0]:
+            return window[1]
+        return None
+
+    def _plan(
+        self, specs: Sequence[EnqueueSpec], now: datetime, holder: object
+    ) -> tuple[list[Enqueued], list[tuple[int, EnqueueSpec]]]:
+        """Q15: which specs create a row (with fresh ids) and which find their key held
+        (by a live row, a window, or an earlier spec of the same call); no effect but
+        the ids reserved, and none at all when :class:`KeyHeld` is raised."""
+        new: list[int] = []  # positions of the specs that create a row
+        same: dict[int, int] = {}  # position -> position of the new spec with its key
+        found: dict[int, int] = {}  # position -> id of the job holding its key
+        first: dict[UniqueKey, int] = {}
+        for pos, spec in enumerate(specs):
+            if spec.unique_key is None:
+                new.append(pos)
+                continue
+            key = (spec.queue, spec.unique_key)
+            if key in first:
+                same[pos] = first[key]
+                continue
+            held = self._holder_of(key, now, holder)
+            if held is not None:
+                found[pos] = held
+                continue
+            first[key] = pos
+            new.append(pos)
+        new_ids = dict(zip(new, self.reserve_ids(len(new)), strict=True))
+        results = [
+            Enqueued(new_ids[pos])
+            if pos in new_ids
+            else Enqueued.existing(new_ids[same[pos]] if pos in same else found[pos])
+            for pos in range(len(specs))
+        ]
+        return results, [(new_ids[pos], specs[pos]) for pos in new]
+
+    def _take_key(self, job_id: int, spec: EnqueueSpec, now: datetime) -> None:
+        """Q15: a keyed row is live: it holds its key, and opens its window."""
+        assert spec.unique_key is not None
+        key = (spec.queue, spec.unique_key)
+        self._held.pop(key, None)
+        self._keys[key] = job_id
+        if spec.unique_for_s is not None:
+            expires_at = now + timedelta(seconds=spec.unique_for_s)
+            self._windows[key] = (expires_at, job_id)
+            heapq.heappush(self._index(spec.queue).windows, (expires_at, spec.unique_key))
+
+    def _redrivable(self, targets: list[Job]) -> list[Job]:
+        """Q15/D24: the dead rows a redrive may move, by id: a keyless row, or the lowest
+        id of the rows with a key that no live row holds. Raises :class:`KeyHeld` when
+        an open transaction holds one of their keys (PostgreSQL waits for it too)."""
+        out: list[Job] = []
+        taken: set[UniqueKey] = set()
+        for job in sorted(targets, key=lambda job: job.id):
+            if job.unique_key is None:
+                out.append(job)
+                continue
+            key = (job.queue, job.unique_key)
+            held = self._held.get(key)
+            if held is not None:
+                raise KeyHeld(held[0])
+            if key not in taken and key not in self._keys:
+                taken.add(key)
+                out.append(job)
+        return out
+
+    def _drop_closed_windows(self, queue: str, index: _QueueIndex, now: datetime) -> None:
+        """Q15: forget the windows of this queue that closed (they refuse nothing)."""
+        windows = index.windows
+        while windows and windows[0][0] <= now:
+            expires_at, key = heapq.heappop(windows)
+            window = self._windows.get((queue, key))
+            if window is not None and window[0] == expires_at:
+                del self._windows[(queue, key)]
 
     def _replace(self, job: Job, now: datetime) -> None:
         """Store the result of a transition: live again, or moved to the dead store (and

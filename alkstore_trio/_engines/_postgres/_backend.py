@@ -27,6 +27,7 @@ import trio
 from ..._core import (
     FAILED,
     NO_HEADERS,
+    Enqueued,
     EnqueueSpec,
     Headers,
     Job,
@@ -40,7 +41,7 @@ from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
-from . import _driver, _periodic, _pool, _schema, _sql
+from . import _driver, _periodic, _pool, _schema, _sql, _unique
 from ._dsn import describe
 from ._options import _Conninfo, check_options, driver_connect
 
@@ -66,7 +67,7 @@ _PAUSE_BARRIER_SQL: Final = "LOCK TABLE @schema@.jobs IN SHARE MODE"
 
 def _job(row: Sequence[Any]) -> Job:
     """A result row in the column order of the queries as a Job: the columns of ``jobs``
-    up to ``last_error``, the headers, and ``died_at``.
+    up to ``last_error``, the headers, ``died_at`` and the unique key (Q15).
 
     The queries send the headers as ``nullif(headers, '{}')``: ``None`` for a job without
     any (the usual case), so psycopg parses no JSON (its jsonb loader takes about 1.3 µs
@@ -93,6 +94,7 @@ def _job(row: Sequence[Any]) -> Job:
         last_error=row[15],
         died_at=_utc_or_none(row[17]),
         headers=Headers(headers) if headers else NO_HEADERS,
+        unique_key=row[18],
     )
 
 
@@ -215,13 +217,27 @@ class PostgresEngine:
 
     # -- the work path -----------------------------------------------------------------
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
-        ids: list[int] = []
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
+        if _unique.has_keys(specs):
+            return await self._enqueue_keyed(specs)
+        ids: list[Enqueued] = []
         for group in _groups(specs):
             query, params = self._enqueue_statement(group)
             rows = await self._execute(query, params)
-            ids.extend(row[0] for row in rows)
+            ids.extend([Enqueued(row[0]) for row in rows])
         return ids
+
+    async def _enqueue_keyed(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
+        """Q15: a call with unique keys, in a transaction of its own."""
+        if self._closed or self._pool is None:
+            raise StoreClosed("the store is closed")
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                return await _unique.enqueue_keyed(self, conn, specs)
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        except _pool.PoolClosed as exc:
+            raise StoreClosed("the store is closed") from exc
 
     def _enqueue_statement(self, group: Sequence[EnqueueSpec]) -> tuple[str, dict[str, object]]:
         """The enqueue statement for one group and its parameters (``enqueue_one`` for a
@@ -734,15 +750,20 @@ class PostgresTransaction:
         self._backend = backend
         self._conn = conn
 
-    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[int]:
-        ids: list[int] = []
+    async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
+        ids: list[Enqueued] = []
         backend = self._backend
+        if _unique.has_keys(specs):
+            try:
+                return await _unique.enqueue_keyed(backend, self._conn, specs)
+            except psycopg.Error as exc:
+                raise _engine_error(exc) from exc
         for group in _groups(specs):
             try:
                 rows = await self._conn.execute(*backend._enqueue_statement(group))
             except psycopg.Error as exc:
                 raise _engine_error(exc) from exc
-            ids.extend(row[0] for row in rows)
+            ids.extend([Enqueued(row[0]) for row in rows])
         return ids
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:

@@ -67,6 +67,7 @@ from .q1_queues import (
     q1_rows_keep_the_stamps_of_the_handle_that_enqueued_them,
 )
 from .q2_enqueue import (
+    q2_1_negative_delay_means_now,
     q2_delay_wins_over_run_at,
     q2_enqueue_many_is_atomic_with_one_clock_read,
     q2_enqueue_rejects_invalid_options_without_effect,
@@ -75,7 +76,6 @@ from .q2_enqueue import (
     q2_expires_at_is_relative_to_enqueue_time,
     q2_ids_increase_in_enqueue_order,
     q2_max_attempts_override_is_the_only_per_job_stamp,
-    q2_negative_delay_makes_the_job_ready_now,
     q2_payload_must_be_bytes_within_the_maximum_size,
     q2_payload_round_trips_byte_for_byte,
     q2_priority_accepts_the_int32_range,
@@ -180,6 +180,16 @@ from .q13_heartbeat_retry_fail_handles import (
     q13_retry_handles_dead_letters_claims_on_their_last_attempt,
     q13_retry_handles_retries_valid_claims_and_refuses_stale_ones,
 )
+from .q15_unique import (
+    q15_a_held_key_creates_nothing_and_returns_the_live_job,
+    q15_a_transaction_holds_its_keys_until_it_ends,
+    q15_a_window_refuses_the_key_after_its_job_is_gone,
+    q15_concurrent_enqueues_of_one_key_create_one_job,
+    q15_enqueue_many_carries_a_key_per_job,
+    q15_redrive_skips_dead_jobs_whose_key_is_live,
+    q15_the_key_frees_when_its_job_is_acked_cancelled_or_dead,
+    q15_unique_keys_are_validated_without_effect,
+)
 from .q16_reschedule import (
     q16_a_rescheduled_job_is_claimed_at_its_new_time_and_place,
     q16_every_wake_of_a_delayed_job_says_when_it_is_due,
@@ -227,7 +237,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q1_rows_keep_the_stamps_of_the_handle_that_enqueued_them,
     q2_enqueue_without_delay_or_run_at_is_ready_now,
     q2_delay_wins_over_run_at,
-    q2_negative_delay_makes_the_job_ready_now,
+    q2_1_negative_delay_means_now,
     q2_run_at_is_stored_as_given,
     q2_run_at_must_be_timezone_aware,
     q2_expires_at_is_relative_to_enqueue_time,
@@ -322,6 +332,14 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
     q17_cron_on_dst_days_fires_once,
     q17_bad_arguments_are_rejected_without_effect,
+    q15_a_held_key_creates_nothing_and_returns_the_live_job,
+    q15_the_key_frees_when_its_job_is_acked_cancelled_or_dead,
+    q15_enqueue_many_carries_a_key_per_job,
+    q15_a_window_refuses_the_key_after_its_job_is_gone,
+    q15_redrive_skips_dead_jobs_whose_key_is_live,
+    q15_a_transaction_holds_its_keys_until_it_ends,
+    q15_concurrent_enqueues_of_one_key_create_one_job,
+    q15_unique_keys_are_validated_without_effect,
     d22_stats_counts_each_queue_by_state_at_one_instant,
     d23_ids_issued_minus_live_and_dead_counts_the_rows_gone,
     d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_reset,

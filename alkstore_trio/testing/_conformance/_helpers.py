@@ -61,6 +61,7 @@ _JOB_FIELDS: Final = (
     "last_error",
     "died_at",
     "headers",
+    "unique_key",
 )
 
 Check = Callable[["EngineHarness"], "Awaitable[None]"]

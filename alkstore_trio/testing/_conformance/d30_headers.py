@@ -88,7 +88,7 @@ async def d30_every_way_to_enqueue_takes_headers(harness: EngineHarness) -> None
             first = await tx.enqueue(queue, b"3", headers={"k": "tx-1"})
             second = await tx.enqueue("headers-ways", b"4", headers={"k": "tx-2", "x": ""})
             third = await tx.enqueue(queue, b"5")
-        expected = {
+        expected: dict[int, dict[str, str]] = {
             many[0]: {"k": "many"},
             many[1]: {"k": "many"},
             first: {"k": "tx-1"},

@@ -40,7 +40,7 @@ async def q10_transaction_rows_appear_and_wake_only_after_commit(harness: Engine
         async with store.open_wake_listener([first, second]) as listener:
             async with store.transaction() as tx:
                 one = await tx.enqueue(first, b"one", priority=2)
-                two = await tx.enqueue("tx-second", b"two", delay_s=-1)
+                two = await tx.enqueue("tx-second", b"two", delay_s=1)
                 three = await tx.enqueue(first, bytearray(b"three"), max_attempts=9)
                 assert one < two < three, f"transaction ids {[one, two, three]} do not increase"
                 for queue, job_id in [(first, one), (second, two), (first, three)]:
@@ -63,7 +63,7 @@ async def q10_transaction_rows_appear_and_wake_only_after_commit(harness: Engine
             )
         assert (await _get(first, one)).priority == 2, "the transaction lost the priority"
         assert (await _get(first, three)).max_attempts == 9, "the transaction lost max_attempts"
-        assert (await _get(second, two)).run_at == _after(now, -1), "the transaction lost delay_s"
+        assert (await _get(second, two)).run_at == _after(now, 1), "the transaction lost delay_s"
         await _claim_id(first, one)
 
 

@@ -66,7 +66,9 @@ async def q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
         order = [lapsed, valid_a, reclaimed, cancelled, valid_b]
         expected = [False, True, False, False, True]
         handles = [stale[job_id] for job_id in order]
-        before = {job_id: await _get(long, job_id) for job_id in (lapsed, reclaimed)}
+        before: dict[int, Job] = {
+            job_id: await _get(long, job_id) for job_id in (lapsed, reclaimed)
+        }
         now = await harness.now()
         results = await long.heartbeat_handles(handles)
         assert results == expected, (
@@ -204,7 +206,7 @@ async def q13_retry_handles_retries_valid_claims_and_refuses_stale_ones(
         ]
         expected = [False, True, False, True, True, False, True, False, True]
         refused = (lapsed, reclaimed, given_back)
-        before = {job_id: await _get(long, job_id) for job_id in refused}
+        before: dict[int, Job] = {job_id: await _get(long, job_id) for job_id in refused}
         now = await harness.now()
         results = await long.retry_handles(items)
         assert results == expected, (
@@ -218,7 +220,10 @@ async def q13_retry_handles_retries_valid_claims_and_refuses_stale_ones(
         await _assert_retried_rows(
             long, now, [(explicit, 30, "boom"), (backoff, draws[2], None), (at_once, 0, "now")]
         )
-        spent = [(spent_error, "last"), (spent_default, MAX_ATTEMPTS_EXCEEDED)]
+        spent: list[tuple[int, str]] = [
+            (spent_error, "last"),
+            (spent_default, MAX_ATTEMPTS_EXCEEDED),
+        ]
         await _assert_retried_to_dead(harness, long, spent, (now, 1, "worker-a", claimed_at))
         await _assert_gone(long, cancelled, "retry_handles of a cancelled claim")
         await _assert_rows_unchanged(long, before, "a refused retry_handles")
@@ -373,7 +378,9 @@ async def q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
             (stale[empty], ""),
         ]
         expected = [False, True, False, True, False, True]
-        before = {job_id: await _get(long, job_id) for job_id in (lapsed, reclaimed)}
+        before: dict[int, Job] = {
+            job_id: await _get(long, job_id) for job_id in (lapsed, reclaimed)
+        }
         now = await harness.now()
         results = await long.fail_handles(items)
         assert results == expected, (

@@ -71,20 +71,29 @@ async def q2_delay_wins_over_run_at(harness: EngineHarness) -> None:
 
 
 @_check
-async def q2_negative_delay_makes_the_job_ready_now(harness: EngineHarness) -> None:
-    """Q2: a negative delay is legal: ``run_at = now + delay_s`` lies in the past, so the
-    job is ready at once (and, being "earlier", orders before equal-priority jobs)."""
+async def q2_1_negative_delay_means_now(harness: EngineHarness) -> None:
+    """Q2.1: a negative delay is legal and means now: ``run_at = now``, never a past
+    time, so the job does not jump ahead of equal-priority jobs enqueued before it, and
+    the queue's ``oldest_ready_age_s`` does not read the delay back."""
     async with harness.open_store() as store:
         now = await harness.now()
         queue = store.queue("negative-delay")
         plain = await queue.enqueue(b"plain")
-        negative = await queue.enqueue(b"negative", delay_s=-30)
-        job = await _get(queue, negative)
-        assert job.run_at == _after(now, -30), (
-            f"delay_s=-30 gave run_at {job.run_at}, expected now - 30 s ({_after(now, -30)})"
+        negative = await queue.enqueue(b"negative", delay_s=-3600)
+        (many,) = await queue.enqueue_many([b"many"], delay_s=-30)
+        for job_id in (negative, many):
+            job = await _get(queue, job_id)
+            assert job.run_at == now, (
+                f"a negative delay_s gave run_at {job.run_at}, expected now ({now})"
+            )
+        stats = (await store.stats(queue)).queue(queue.name)
+        assert stats is not None, "stats() did not list the queue"
+        assert stats.oldest_ready_age_s == 0, (
+            f"oldest_ready_age_s after negative delays: {stats.oldest_ready_age_s}, expected 0"
         )
-        await _claim_id(queue, negative)
         await _claim_id(queue, plain)
+        await _claim_id(queue, negative)
+        await _claim_id(queue, many)
 
 
 @_check

@@ -61,6 +61,9 @@ _PRIORITIES = st.sampled_from((0, 1, -1, 7))
 _DELAYS = st.sampled_from((None, 0.0, 2.0, 7.5, -3.0, 40.0))
 _RUN_AT_IN = st.sampled_from((None, 0.0, -5.0, 3.0, 12.0))
 _OVERRIDES = st.sampled_from((None, 1, 2, 4))
+#: Q15: keys from a tiny alphabet, so that enqueues collide (and no key most of the time).
+_UNIQUE_KEYS: st.SearchStrategy[str | None] = st.sampled_from([None, None, None, "k1", "k2"])
+_UNIQUE_WINDOWS: st.SearchStrategy[float | None] = st.sampled_from([None, None, 4.0, 20.0])
 _HEADERS: st.SearchStrategy[_HeaderPairs | None] = st.sampled_from(
     (None, (), (("traceparent", "00-0af7-b7ad-01"),), (("b", ""), ("a", "ü"), ("ab", "{}")))
 )
@@ -175,13 +178,18 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
     if kind == "reuse":
         return Reuse(draw(st.sampled_from(consumed)), op=draw(_HANDLE_OPS))
     if kind == "enqueue_many":
+        payloads = draw(_PAYLOAD_LISTS)
+        keyed: bool = draw(st.booleans())
+        keys = tuple(draw(_UNIQUE_KEYS) for _ in payloads) if keyed else None
         return EnqueueMany(
             queue,
-            payloads=draw(_PAYLOAD_LISTS),
+            payloads=payloads,
             priority=draw(_PRIORITIES),
             delay_s=draw(_DELAYS),
             max_attempts=draw(_OVERRIDES),
             headers=draw(_HEADERS),
+            unique_keys=keys,
+            unique_for_s=draw(_UNIQUE_WINDOWS) if keys and any(keys) else None,
         )
     if kind == "transaction":
         return _draw_transaction(draw, run)
@@ -195,6 +203,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
 
 
 def _draw_enqueue(draw: st.DrawFn, queue: str) -> Enqueue:
+    key = draw(_UNIQUE_KEYS)
     return Enqueue(
         queue,
         payload=draw(_PAYLOADS),
@@ -205,6 +214,8 @@ def _draw_enqueue(draw: st.DrawFn, queue: str) -> Enqueue:
         run_at_tz=draw(st.integers(0, len(_RUN_AT_TIMEZONES) - 1)),
         max_attempts=draw(_OVERRIDES),
         headers=draw(_HEADERS),
+        unique_key=key,
+        unique_for_s=None if key is None else draw(_UNIQUE_WINDOWS),
     )
 
 
@@ -294,6 +305,8 @@ def _draw_transaction(draw: st.DrawFn, run: _Run) -> Tx:
             delay_s=draw(_DELAYS),
             max_attempts=draw(_OVERRIDES),
             headers=draw(_HEADERS),
+            unique_key=(key := draw(_UNIQUE_KEYS)),
+            unique_for_s=None if key is None else draw(_UNIQUE_WINDOWS),
         )
         for _ in range(draw(_TX_SIZES))
     )

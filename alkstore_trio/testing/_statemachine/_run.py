@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import hypothesis.strategies as st
 
-from ..._core import Headers, Job, JobState
+from ..._core import Enqueued, Headers, Job, JobState
 from ..._errors import HandleConsumed
 from ._controls import SetPaused
 from ._drawing import _draw_step
@@ -76,6 +76,11 @@ _Outcome: TypeAlias = object
 
 class Disagreement(AssertionError):
     """The engine and the reference model disagree."""
+
+
+def _created(*results: Enqueued) -> list[tuple[int, bool]]:
+    """Q15: enqueue results as (id, created) pairs, so that agreement checks both."""
+    return [(int(result), result.created) for result in results]
 
 
 def _agree(what: str, engine: object, model: object) -> None:
@@ -254,6 +259,8 @@ class _Run:
             run_at=run_at,
             max_attempts=step.max_attempts,
             headers=_headers(step.headers),
+            unique_key=step.unique_key,
+            unique_for_s=step.unique_for_s,
         )
         want = self.model.enqueue(
             queue.name,
@@ -264,9 +271,11 @@ class _Run:
             run_at=run_at,
             max_attempts=step.max_attempts,
             headers=_headers(step.headers),
+            unique_key=step.unique_key,
+            unique_for_s=step.unique_for_s,
             now=now,
         )
-        _agree(f"{step}: id", got, want)
+        _agree(f"{step}: (id, created)", _created(got), _created(want))
         return got
 
     async def _enqueue_many(self, step: EnqueueMany, now: datetime) -> _Outcome:
@@ -277,6 +286,8 @@ class _Run:
             delay_s=step.delay_s,
             max_attempts=step.max_attempts,
             headers=_headers(step.headers),
+            unique_keys=step.unique_keys,
+            unique_for_s=step.unique_for_s,
         )
         want_ids = self.model.enqueue_many(
             queue.name,
@@ -286,9 +297,11 @@ class _Run:
             delay_s=step.delay_s,
             max_attempts=step.max_attempts,
             headers=_headers(step.headers),
+            unique_keys=step.unique_keys,
+            unique_for_s=step.unique_for_s,
             now=now,
         )
-        _agree(f"{step}: ids", got_ids, want_ids)
+        _agree(f"{step}: (id, created)s", _created(*got_ids), _created(*want_ids))
         return got_ids
 
     async def _ack_handles(self, step: AckHandles, now: datetime) -> _Outcome:
@@ -539,10 +552,13 @@ class _Run:
                         delay_s=item.delay_s,
                         max_attempts=item.max_attempts,
                         headers=_headers(item.headers),
+                        unique_key=item.unique_key,
+                        unique_for_s=item.unique_for_s,
                     )
-                    want = self._model_tx_enqueue(mtx, queue, item)
-                    _agree(f"{step}: {item}: id", got, want)
-                    reserved.append((queue.name, got))
+                    want = self._model_tx_enqueue(mtx, queue, item, now)
+                    _agree(f"{step}: {item}: (id, created)", _created(got), _created(want))
+                    if got.created:
+                        reserved.append((queue.name, got))
                 # Q10: nothing is visible before the commit.
                 for name, job_id in reserved:
                     seen = await self.store.queue(name).get_job(job_id)
@@ -565,7 +581,9 @@ class _Run:
         return f"{outcome} {[job_id for _, job_id in reserved]}"
 
     @staticmethod
-    def _model_tx_enqueue(mtx: ModelTransaction, queue: Queue, item: TxItem) -> int:
+    def _model_tx_enqueue(
+        mtx: ModelTransaction, queue: Queue, item: TxItem, now: datetime
+    ) -> Enqueued:
         return mtx.enqueue(
             queue.name,
             item.payload,
@@ -574,6 +592,9 @@ class _Run:
             delay_s=item.delay_s,
             max_attempts=item.max_attempts,
             headers=_headers(item.headers),
+            unique_key=item.unique_key,
+            unique_for_s=item.unique_for_s,
+            now=now,
         )
 
     # -- agreement on every row --------------------------------------------------------
@@ -584,7 +605,12 @@ class _Run:
         ids = self._ids_to_read()
         for name in names:
             queue = self.store.queue(name)
+            keys: set[str] = set()
             for job_id in ids:
                 got = await queue.get_job(job_id)
                 _agree(f"get_job({name!r}, {job_id})", got, self.model.get_job(name, job_id))
                 _check_shape(f"get_job({name!r}, {job_id})", got)
+                if got is not None and got.state != "dead" and got.unique_key is not None:
+                    if got.unique_key in keys:
+                        raise Disagreement(f"two live jobs of {name!r} hold {got.unique_key!r}")
+                    keys.add(got.unique_key)  # Q15.1: at most one live job per key

@@ -53,6 +53,8 @@ class Enqueue(_Step):
     run_at_tz: int = 0
     max_attempts: int | None = None
     headers: _HeaderPairs | None = None
+    unique_key: str | None = None
+    unique_for_s: float | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -65,6 +67,9 @@ class EnqueueMany(_Step):
     delay_s: float | None = None
     max_attempts: int | None = None
     headers: _HeaderPairs | None = None
+    #: Q15: one key (or None) per payload, or None for ``unique_keys=None``.
+    unique_keys: tuple[str | None, ...] | None = None
+    unique_for_s: float | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -249,6 +254,8 @@ class TxItem(_Step):
     delay_s: float | None = None
     max_attempts: int | None = None
     headers: _HeaderPairs | None = None
+    unique_key: str | None = None
+    unique_for_s: float | None = None
 
 
 @dataclass(frozen=True, repr=False)

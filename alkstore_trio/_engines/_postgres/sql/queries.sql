@@ -39,19 +39,22 @@
 -- fragment: job_fields(state, died_at)
 -- D30: the Job fields, in the order _backend._job reads them: the columns of jobs up to
 -- last_error (with the row's state given by `state`), then nullif(headers, '{}'), then
--- `died_at`. The rows are `j`. The nullif makes a job without headers (the usual case)
--- a NULL, which the client turns into no headers without parsing any JSON.
+-- `died_at`, then the unique key (Q15). The rows are `j`. The nullif makes a job without
+-- headers (the usual case) a NULL, which the client turns into no headers without
+-- parsing any JSON.
 j.id, j.queue, j.payload, j.priority, {state} AS state, j.attempts, j.max_attempts,
 j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at,
 j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,
-nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at
+nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key
 
--- fragment: new_jobs(payload)
+-- fragment: new_jobs(payload, key = NULL::text)
 -- Q2: the insert of new pending jobs, resolved at the clock read t.now, one per row of
 -- the FROM clause that follows (which names `t`); `payload` is each row's payload.
+-- Q15: `key` is the rows' unique key (NULL for none: a keyless row has no entry in the
+-- unique index). The delay is never negative (Q2.1: the store sends max(delay_s, 0)).
 INSERT INTO @schema@.jobs (
     queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, headers
+    visibility_timeout_s, backoff_base_s, expires_at, headers, unique_key
 )
 SELECT
     %(queue)s::text, {payload}, %(priority)s::integer, 'pending', 0,
@@ -62,7 +65,7 @@ SELECT
         ELSE coalesce(%(run_at)s::timestamptz, t.now)
     END,
     t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
-    t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb
+    t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb, {key}
 
 -- fragment: dead_letter(moved, last_error)
 -- Q4/D1: the dead-letter insert: one dead row per row of the CTE `moved` (a DELETE of
@@ -72,12 +75,12 @@ SELECT
 INSERT INTO @schema@.dead_jobs (
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at, headers
+    claim_expires_at, last_error, died_at, headers, unique_key
 )
 SELECT
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, {last_error}, @schema@.alk_now(), headers
+    claim_expires_at, {last_error}, @schema@.alk_now(), headers, unique_key
 FROM {moved}
 RETURNING id
 
@@ -180,24 +183,34 @@ WHERE queue = %(queue)s::text
 RETURNING id
 
 -- fragment: redrive
--- D24: the rest of a redrive, after the CTE `moved` (a DELETE of dead rows RETURNING
--- them): back to jobs as pending, ready now, attempts 0, enqueued now, expires_at at its
--- old distance from enqueued_at; claim fields and died_at cleared, last_error kept. The
--- live row keeps its id (OVERRIDING SYSTEM VALUE: the identity sequence is not used).
--- The queue is woken (NOTIFY, at commit) when any row moved. Returns the count moved.
+-- D24: the rest of a redrive, after the CTE `candidates` (the dead rows to move, locked
+-- FOR UPDATE, so two redrives of one row move it once): back to jobs as pending, ready
+-- now, attempts 0, enqueued now, expires_at at its old distance from enqueued_at; claim
+-- fields and died_at cleared, last_error kept. The live row keeps its id (OVERRIDING
+-- SYSTEM VALUE: the identity sequence is not used). Q15: a row whose unique key a live
+-- job holds is not inserted (ON CONFLICT DO NOTHING on the unique index: it waits for a
+-- concurrent keyed enqueue to commit or roll back) and stays dead; of rows sharing a
+-- key, the lowest id moves (the insert runs in id order). Only the inserted rows are
+-- deleted from dead_jobs (`moved`). The queue is woken (NOTIFY, at commit) when any row
+-- moved. Returns the count moved.
 revived AS (
     INSERT INTO @schema@.jobs (
         id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, headers
+        claim_expires_at, last_error, headers, unique_key
     )
     OVERRIDING SYSTEM VALUE
     SELECT
         m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
         m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error, m.headers
-    FROM moved AS m, (SELECT @schema@.alk_now() AS now) AS t
-    RETURNING 1
+        NULL, NULL, NULL, m.last_error, m.headers, m.unique_key
+    FROM candidates AS m, (SELECT @schema@.alk_now() AS now) AS t
+    ORDER BY m.id
+    ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id
+),
+moved AS (
+    DELETE FROM @schema@.dead_jobs AS d USING revived AS r WHERE d.id = r.id
 ),
 woken AS (
     SELECT pg_catalog.pg_notify(%(channel)s::text, '')
@@ -246,6 +259,60 @@ WITH inserted AS (
 )
 SELECT inserted.id
 FROM inserted, (SELECT pg_catalog.pg_notify(%(channel)s::text, {wake_due})) AS wake;
+
+-- name: lock_unique_keys
+-- Q15: the first statement of a keyed enqueue's transaction: a transaction-level
+-- advisory lock per (schema, queue, key) (`locks`: their texts), taken in the order of
+-- their hashes so two enqueues of many keys cannot deadlock, and held until the commit.
+-- The enqueue_unique statements that follow take their snapshots after it: they see
+-- every job and window that an earlier holder of a key committed.
+SELECT count(pg_catalog.pg_advisory_xact_lock(l.h))
+FROM (
+    SELECT DISTINCT pg_catalog.hashtextextended(k, 0) AS h
+    FROM unnest(%(locks)s::text[]) AS k
+    ORDER BY 1
+) AS l;
+
+-- name: enqueue_unique
+-- Q15: one keyed job, under lock_unique_keys' lock of its key: nothing is created when
+-- a live job of the queue holds the key, or its unique_for_s window is open (then the
+-- window's job id comes back); else the job is inserted, its window (re)opened when
+-- unique_for_s is given, and the queue woken. One row: (id, created). No row only when
+-- a redrive of a dead job with the key won the race to the unique index between this
+-- statement's snapshot and its insert: the engine runs the statement again.
+WITH t AS MATERIALIZED (SELECT @schema@.alk_now() AS now),
+held AS MATERIALIZED (
+    SELECT coalesce(
+        (SELECT j.id FROM @schema@.jobs AS j
+            WHERE j.queue = %(queue)s::text AND j.unique_key = %(unique_key)s::text),
+        (SELECT w.job_id FROM @schema@.unique_windows AS w, t
+            WHERE w.queue = %(queue)s::text AND w.unique_key = %(unique_key)s::text
+                AND w.expires_at > t.now)
+    ) AS id
+),
+inserted AS (
+    {new_jobs(payload = %(payload)b::bytea, key = %(unique_key)s::text)}
+    FROM t, held
+    WHERE held.id IS NULL
+    ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id
+),
+opened AS (
+    INSERT INTO @schema@.unique_windows (queue, unique_key, job_id, expires_at)
+    SELECT
+        %(queue)s::text, %(unique_key)s::text, i.id,
+        t.now + %(unique_for_s)s::float8 * interval '1 second'
+    FROM inserted AS i, t
+    WHERE %(unique_for_s)s::float8 IS NOT NULL
+    ON CONFLICT (queue, unique_key) DO UPDATE
+        SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM inserted
+)
+SELECT i.id, true FROM inserted AS i, (SELECT count(*) FROM woken) AS wake
+UNION ALL
+SELECT held.id, false FROM held WHERE held.id IS NOT NULL;
 
 -- name: claim
 -- Q3: the pre-claim sweep (its dead-letter moves counted: D27) and up to n claims, in
@@ -407,11 +474,11 @@ claimed AS (
 )
 SELECT
     acked.id,
-    -- A NULL per job field (18): the result has the job fields' shape, not the table's,
+    -- A NULL per job field (19): the result has the job fields' shape, not the table's,
     -- so a column a later migration adds to jobs changes no running statement's result
     -- (a prepared statement's result type must not change).
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL
 FROM acked
 UNION ALL
 SELECT NULL, claimed.* FROM claimed;
@@ -544,6 +611,11 @@ purged AS (
     WHERE queue = %(queue)s::text AND %(retention_s)s::float8 IS NOT NULL
         AND died_at < @schema@.alk_now() - %(retention_s)s::float8 * interval '1 second'
     RETURNING 1
+),
+closed AS (
+    -- Q15: forget the queue's closed unique_for_s windows (they refuse nothing).
+    DELETE FROM @schema@.unique_windows
+    WHERE queue = %(queue)s::text AND expires_at <= @schema@.alk_now()
 )
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM purged);
 
@@ -728,20 +800,20 @@ ORDER BY x.queue;
 -- name: requeue_dead
 -- D24: redrive the listed dead rows of this queue (see the redrive fragment). Ids that
 -- are not dead rows of this queue match nothing. The dead rows are found by primary key.
-WITH moved AS (
-    DELETE FROM @schema@.dead_jobs
+WITH candidates AS MATERIALIZED (
+    SELECT * FROM @schema@.dead_jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
-    RETURNING *
+    FOR UPDATE
 ),
 {redrive};
 
 -- name: requeue_dead_all
 -- D24: requeue_dead for every dead row of this queue (a walk of the queue's entries in
 -- the retention index).
-WITH moved AS (
-    DELETE FROM @schema@.dead_jobs
+WITH candidates AS MATERIALIZED (
+    SELECT * FROM @schema@.dead_jobs
     WHERE queue = %(queue)s::text
-    RETURNING *
+    FOR UPDATE
 ),
 {redrive};
 

@@ -44,7 +44,9 @@ CREATE TABLE @schema@.jobs (
     claim_expires_at timestamptz,
     last_error text,
     -- The job's headers (D30): a JSON object of str to str, '{}' for none.
-    headers jsonb NOT NULL DEFAULT '{}'
+    headers jsonb NOT NULL DEFAULT '{}',
+    -- The job's unique key (Q15), NULL for none.
+    unique_key text
 );
 
 -- Claims walk pending rows of one queue in claim order.
@@ -56,6 +58,9 @@ CREATE INDEX jobs_lease_idx ON @schema@.jobs (queue, claim_expires_at)
 -- The expiry sweep finds expired rows of one queue.
 CREATE INDEX jobs_expiry_idx ON @schema@.jobs (queue, expires_at)
     WHERE expires_at IS NOT NULL;
+-- Q15: at most one live job per (queue, unique_key); keyless rows have no entry.
+CREATE UNIQUE INDEX jobs_unique_key_idx ON @schema@.jobs (queue, unique_key)
+    WHERE unique_key IS NOT NULL;
 
 -- Dead jobs: the dead-letter store. Same columns, plus when the job died (before the
 -- headers: the column order is the order the migrations added them in).
@@ -76,7 +81,8 @@ CREATE TABLE @schema@.dead_jobs (
     claim_expires_at timestamptz,
     last_error text,
     died_at timestamptz NOT NULL,
-    headers jsonb NOT NULL DEFAULT '{}'
+    headers jsonb NOT NULL DEFAULT '{}',
+    unique_key text
 );
 
 -- Retention purges the oldest dead rows of one queue.
@@ -97,6 +103,18 @@ CREATE TABLE @schema@.queue_counters (
     cancelled bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, shard)
 ) WITH (fillfactor = 10);
+
+-- Q15: the unique_for_s windows: while expires_at is ahead, an enqueue of the key
+-- creates nothing and gets job_id, the last job created with the key.
+CREATE TABLE @schema@.unique_windows (
+    queue text NOT NULL,
+    unique_key text NOT NULL,
+    job_id bigint NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, unique_key)
+);
+CREATE INDEX unique_windows_expiry_idx ON @schema@.unique_windows (queue, expires_at);
+
 
 -- Q17: one row per periodic schedule, locked by the transaction that fires it.
 CREATE TABLE @schema@.periodic (
