@@ -124,8 +124,8 @@ async def _barrier_cycles(pg_dsn, schema, open_fleet, tmp_path, naive, cycles) -
 async def test_q18_no_claim_hands_out_a_job_after_pause_returns(
     pg_dsn, schema, open_fleet, tmp_path
 ):
-    late = await _barrier_cycles(pg_dsn, schema, open_fleet, tmp_path, False, 20)
-    assert late == [0] * 20, f"jobs handed out after pause() returned, per cycle: {late}"
+    late = await _barrier_cycles(pg_dsn, schema, open_fleet, tmp_path, False, 12)
+    assert late == [0] * 12, f"jobs handed out after pause() returned, per cycle: {late}"
 
 
 async def test_q18_the_detector_catches_a_pause_without_the_barrier(
@@ -140,7 +140,7 @@ async def test_q18_the_detector_catches_a_pause_without_the_barrier(
 
 #: Grace after pause() returned for handlers of claims answered just before it to start.
 START_GRACE_S = 1.0
-WORKERS, CONCURRENCY, CYCLES = 4, 20, 6
+WORKERS, CONCURRENCY, CYCLES = 4, 20, 3
 
 
 async def test_q18_pause_under_load_stops_handler_starts_and_resume_restarts_at_once(

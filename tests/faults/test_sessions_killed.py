@@ -33,11 +33,17 @@ async def test_r8_q4_sessions_killed_repeatedly_under_load_worker_reconnects_not
         other = await fleet.spawn("load", **options)
         apps = [victim.app, victim.app + ":listen"]
 
+        stop_producing = trio.Event()
+
         async def produce(*, task_status=trio.TASK_STATUS_IGNORED):
+            # Stopped between calls, never cancelled inside one: a cancelled enqueue may
+            # still commit (its outcome is unknown to the caller), and the history would
+            # then hold jobs it was never told about.
             task_status.started()
-            while True:
+            while not stop_producing.is_set():
                 enqueued.extend(await queue.enqueue_many([b"x"] * 10))
-                await trio.sleep(0.05)  # pace the load (~200 jobs/s), not a wait
+                with trio.move_on_after(0.05):  # pace the load (~200 jobs/s), not a wait
+                    await stop_producing.wait()
 
         async def terminate_victim_sessions() -> int:
             rows = await fleet.fetch(
@@ -65,7 +71,7 @@ async def test_r8_q4_sessions_killed_repeatedly_under_load_worker_reconnects_not
             )
             recovered_s = min(r["t"] for r in victim.events("ack") if r["t"] > last_kill_at)
             recovered_s -= last_kill_at
-            nursery.cancel_scope.cancel()
+            stop_producing.set()
 
         async def drained():
             return await fleet.count("jobs") == 0
