@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .._core import (
+    DEFAULT_OPTS,
     Enqueued,
     Headers,
     Job,
@@ -50,7 +51,6 @@ _MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
 _FAILED = "failed"
 _EXPIRED = "expired"
 #: The stamps of a row enqueued by queue name, without a handle (Q1).
-_DEFAULT_OPTS = QueueOpts()
 
 
 def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
@@ -270,7 +270,7 @@ class ReferenceModel:
                 job_id,
                 queue,
                 bytes(payload),
-                _DEFAULT_OPTS if opts is None else opts,
+                DEFAULT_OPTS if opts is None else opts,
                 priority=priority,
                 delay_s=delay_s,
                 run_at=run_at,

@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from .._core import Enqueued, QueueOpts
-
-_DEFAULT_OPTS = QueueOpts()
+from .._core import DEFAULT_OPTS, Enqueued, QueueOpts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -97,7 +95,7 @@ class ModelTransaction:
                 job_id=job_id,
                 queue=queue,
                 payload=bytes(payload),
-                opts=_DEFAULT_OPTS if opts is None else opts,
+                opts=DEFAULT_OPTS if opts is None else opts,
                 priority=priority,
                 delay_s=delay_s,
                 run_at=run_at,

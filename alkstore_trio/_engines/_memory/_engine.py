@@ -192,8 +192,8 @@ class MemoryEngine:
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         def run(table: JobTable, now: datetime) -> list[Enqueued]:
-            ids, _ = table.enqueue_and_wake(specs, now)
-            _publish_specs(self.wakes, _created(specs, ids), now)
+            ids, made = table.enqueue_rows(specs, now)
+            _publish_specs(self.wakes, made, now)
             return ids
 
         return await self._call_when_free(run)
@@ -432,10 +432,3 @@ def _publish_specs(wakes: WakeHub, specs: Sequence[EnqueueSpec], now: datetime) 
     wakes.publish(ready)
     for queue, seconds in due.items():
         wakes.publish_due(queue, seconds)
-
-
-def _created(specs: Sequence[EnqueueSpec], results: Sequence[Enqueued]) -> Sequence[EnqueueSpec]:
-    """The specs that made a row: all of them unless a unique key was held (Q15)."""
-    if all(spec.unique_key is None for spec in specs):
-        return specs
-    return [spec for spec, result in zip(specs, results, strict=True) if result.created]

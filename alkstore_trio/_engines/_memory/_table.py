@@ -230,18 +230,19 @@ class JobTable:
     def enqueue(self, specs: Sequence[EnqueueSpec], now: datetime) -> list[Enqueued]:
         """Q2: insert new rows with fresh ids; Q15: a spec whose key is held creates
         nothing and gets the holder's id (``created=False``)."""
-        return self.enqueue_and_wake(specs, now)[0]
+        return self.enqueue_rows(specs, now)[0]
 
-    def enqueue_and_wake(
+    def enqueue_rows(
         self, specs: Sequence[EnqueueSpec], now: datetime
-    ) -> tuple[list[Enqueued], set[str]]:
-        """:meth:`enqueue`, and the queues that got a row (to wake)."""
+    ) -> tuple[list[Enqueued], Sequence[EnqueueSpec]]:
+        """:meth:`enqueue`, and the specs that made a row (to wake their queues): all of
+        them without keys, in one pass over the rows."""
         if all(spec.unique_key is None for spec in specs):
             ids = self.insert(list(zip(self.reserve_ids(len(specs)), specs, strict=True)), now)
-            return list(map(Enqueued, ids)), {spec.queue for spec in specs}
+            return list(map(Enqueued, ids)), specs
         results, rows = self._plan(specs, now, holder=None)
         self.insert(rows, now)
-        return results, {spec.queue for _, spec in rows}
+        return results, [spec for _, spec in rows]
 
     def hold(
         self, specs: Sequence[EnqueueSpec], now: datetime, holder: object
