@@ -1,4 +1,9 @@
-"""Fixtures for the tests of the ``alkstore-trio worker`` command.
+"""Fixtures for the CLI's tests.
+
+``cli(*args) -> (status, stdout, stderr)`` runs the command in-process through
+``main([...])`` with ALKSTORE_DSN / ALKSTORE_SCHEMA set to the test server and a migrated
+throwaway schema; ``on_store(fn)`` runs ``await fn(store)`` on that schema (to seed rows
+and check them through the library).
 
 ``pg_dsn`` comes from ``tests/conftest.py``; ``make_schema`` and ``schema`` (a throwaway
 schema, dropped after the test) are those of ``tests/postgres/conftest.py``, loaded from
@@ -11,11 +16,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from _worker_process import ROOT, WorkerProcess, worker_env
+
+from alkstore_trio import Store, open_store
+from alkstore_trio._cli import EXIT_OK, main
 
 
 def _load_postgres_fixtures():
@@ -31,6 +41,39 @@ def _load_postgres_fixtures():
 _postgres = _load_postgres_fixtures()
 make_schema = _postgres.make_schema
 schema = _postgres.schema
+
+
+@pytest.fixture
+def cli(pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, capsys):
+    """``cli(*args) -> (status, stdout, stderr)`` on a migrated throwaway schema."""
+    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
+    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            status = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            status = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    assert run("migrate")[0] == EXIT_OK
+    return run
+
+
+@pytest.fixture
+def on_store(pg_dsn: str, schema: str):
+    """``on_store(fn)``: run ``await fn(store)`` on the test schema; its result."""
+
+    def run(fn: Callable[[Store], Awaitable[Any]]) -> Any:
+        async def main_() -> Any:
+            async with open_store(pg_dsn, schema=schema, listen=False) as store:
+                return await fn(store)
+
+        return trio.run(main_)
+
+    return run
 
 
 @pytest.fixture

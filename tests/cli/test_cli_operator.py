@@ -19,48 +19,12 @@ import os
 import pty
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import trio
 
-from alkstore_trio import QueueOpts, Store, open_store
+from alkstore_trio import QueueOpts, Store
 from alkstore_trio._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
-
-
-@pytest.fixture
-def cli(pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, capsys):
-    """``cli(*args) -> (status, stdout, stderr)`` with ALKSTORE_DSN / ALKSTORE_SCHEMA set
-    to the test server and a migrated throwaway schema."""
-    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
-    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
-    capsys.readouterr()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        try:
-            status = main(list(args))
-        except SystemExit as exc:  # argparse's usage errors
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    assert run("migrate")[0] == EXIT_OK
-    return run
-
-
-@pytest.fixture
-def on_store(pg_dsn: str, schema: str):
-    """``on_store(fn)``: run ``await fn(store)`` on the test schema; its result."""
-
-    def run(fn: Callable[[Store], Awaitable[Any]]) -> Any:
-        async def main_() -> Any:
-            async with open_store(pg_dsn, schema=schema, listen=False) as store:
-                return await fn(store)
-
-        return trio.run(main_)
-
-    return run
 
 
 async def _dead(store: Store, queue: str, payload: bytes, error: str = "boom") -> int:

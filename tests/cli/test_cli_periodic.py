@@ -31,24 +31,6 @@ NOT_SCHEDULES = [1, 2]
 
 
 @pytest.fixture
-def cli(pg_dsn, schema, monkeypatch, capsys):
-    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
-    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            status = main(list(args))
-        except SystemExit as exc:
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    assert run("migrate")[0] == EXIT_OK
-    return run
-
-
-@pytest.fixture
 def schedules_module(tmp_path, monkeypatch):
     name = f"alk_schedules_{secrets.token_hex(4)}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(SCHEDULES), encoding="utf-8")

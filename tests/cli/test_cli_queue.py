@@ -6,30 +6,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import trio
 
 from alkstore_trio import open_store
-from alkstore_trio._cli import EXIT_OK, EXIT_USAGE, main
-
-
-@pytest.fixture
-def cli(pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, capsys):
-    """``cli(*args) -> (status, stdout, stderr)`` on a migrated throwaway schema."""
-    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
-    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
-    capsys.readouterr()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        try:
-            status = main(list(args))
-        except SystemExit as exc:  # argparse's usage errors
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    assert run("migrate")[0] == EXIT_OK
-    return run
+from alkstore_trio._cli import EXIT_OK, EXIT_USAGE
 
 
 def _claim_and_enqueue(pg_dsn: str, schema: str) -> int:

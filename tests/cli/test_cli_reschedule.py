@@ -5,45 +5,11 @@ PostgreSQL schema; rows are seeded and checked through the library."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-import trio
-
-from alkstore_trio import Store, open_store
-from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-
-
-@pytest.fixture
-def cli(pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, capsys):
-    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
-    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
-    capsys.readouterr()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        try:
-            status = main(list(args))
-        except SystemExit as exc:  # argparse's usage errors
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    assert run("migrate")[0] == EXIT_OK
-    return run
-
-
-@pytest.fixture
-def on_store(pg_dsn: str, schema: str):
-    def run(fn: Callable[[Store], Awaitable[Any]]) -> Any:
-        async def main_() -> Any:
-            async with open_store(pg_dsn, schema=schema, listen=False) as store:
-                return await fn(store)
-
-        return trio.run(main_)
-
-    return run
+from alkstore_trio import Store
+from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def test_q16_jobs_reschedule_moves_a_pending_job_and_runs_it_now(cli, on_store):

@@ -6,41 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import trio
 
-from alkstore_trio import Store, open_store
-from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-
-
-@pytest.fixture
-def cli(pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, capsys):
-    monkeypatch.setenv("ALKSTORE_DSN", pg_dsn)
-    monkeypatch.setenv("ALKSTORE_SCHEMA", schema)
-    capsys.readouterr()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        try:
-            status = main(list(args))
-        except SystemExit as exc:
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    assert run("migrate")[0] == EXIT_OK
-    return run
-
-
-@pytest.fixture
-def on_store(pg_dsn: str, schema: str):
-    def run(fn):
-        async def main_():
-            async with open_store(pg_dsn, schema=schema, listen=False) as store:
-                return await fn(store)
-
-        return trio.run(main_)
-
-    return run
-
+from alkstore_trio import Store
+from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 ENQUEUE = ("enqueue", "--queue", "reports", "--payload-json", "{}")
 
