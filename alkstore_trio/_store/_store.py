@@ -224,6 +224,27 @@ class Store:
         checked = v.check_duration("stale_after_s", stale_after_s, min_s=0, min_inclusive=False)
         return await self._engine.list_periodic(checked)
 
+    async def delete_periodic(self, name: str) -> bool:
+        """Delete the schedule row ``name`` (Q17.10): for a stale row, whose schedule no
+        worker declares any more.
+
+        A worker that still declares the schedule makes its row again at its next call
+        (within a minute), as a new row: the next fire time is recomputed from then and
+        ``last_fire_at`` starts empty. Remove the schedule from the code first.
+
+        Args:
+            name: The schedule's name (1-200 characters of storable text).
+
+        Returns:
+            ``True`` if the row was deleted, ``False`` if there was none.
+
+        Raises:
+            InvalidArgument: ``name`` is not a valid schedule name.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        return await self._engine.delete_periodic(periodic.check_name(name))
+
     async def aclose(self) -> None:
         """Close the store. Closing twice is harmless."""
         self._closed = True
