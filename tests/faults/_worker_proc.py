@@ -171,6 +171,9 @@ def freeze_in_fire(trigger: str, records: Records) -> None:
     real_fire, real_plan = _periodic.fire, _periodic.plan_fires
     state = {"held": False, "frozen": False}
 
+    def triggered() -> bool:
+        return os.path.exists(trigger)
+
     def plan_fires(*args: Any) -> Any:
         state["held"] = True  # called only for a row this transaction locked
         return real_plan(*args)
@@ -178,7 +181,7 @@ def freeze_in_fire(trigger: str, records: Records) -> None:
     async def fire(*args: Any) -> Any:
         state["held"] = False
         tick = await real_fire(*args)
-        if state["held"] and not state["frozen"] and os.path.exists(trigger):
+        if state["held"] and not state["frozen"] and triggered():
             state["frozen"] = True
             records.write("frozen_in_fire", fired=[format_fire_at(f.fire_at) for f in tick.fired])
             os.kill(os.getpid(), signal.SIGSTOP)  # the transaction is still open

@@ -129,7 +129,9 @@ async def test_q17_9_a_stalled_fire_is_ended_by_the_server_and_rolled_back(
                 with trio.fail_after(10):
                     await inside.wait()
                     # The server ends the stalled session: it is gone, not idle.
-                    while sessions_idle_in_transaction():
+                    while True:
+                        if not sessions_idle_in_transaction():
+                            break
                         await trio.sleep(0.02)
                 release.set()
             monkeypatch.setattr(_periodic, "fire", real_fire)

@@ -209,6 +209,11 @@ from .q17_periodic import (  # Q17
     q17_missed_fire_times_follow_catch_up,
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
 )
+from .q17_periodic_delete import (  # Q17.10
+    q17_10_a_schedule_still_declared_comes_back_as_a_new_row,
+    q17_10_delete_periodic_deletes_one_row_and_keeps_its_jobs,
+    q17_10_delete_periodic_rejects_a_bad_name_without_effect,
+)
 from .q18_pause import (
     q18_a_claim_on_a_paused_queue_still_sweeps,
     q18_a_pause_leaves_enqueues_and_held_jobs_alone,
@@ -332,6 +337,9 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
     q17_cron_on_dst_days_fires_once,
     q17_bad_arguments_are_rejected_without_effect,
+    q17_10_delete_periodic_deletes_one_row_and_keeps_its_jobs,
+    q17_10_a_schedule_still_declared_comes_back_as_a_new_row,
+    q17_10_delete_periodic_rejects_a_bad_name_without_effect,
     q15_a_held_key_creates_nothing_and_returns_the_live_job,
     q15_the_key_frees_when_its_job_is_acked_cancelled_or_dead,
     q15_enqueue_many_carries_a_key_per_job,
