@@ -200,6 +200,7 @@ from .q16_reschedule import (
     q16_reschedule_wakes_the_queue_with_the_new_due_time,
 )
 from .q17_periodic import (  # Q17
+    q17_7_sub_hourly_cron_fires_at_every_real_instant_across_both_dst_changes,
     q17_a_changed_definition_wins_and_recomputes_the_next_fire_time,
     q17_bad_arguments_are_rejected_without_effect,
     q17_concurrent_calls_enqueue_each_fire_time_once,
@@ -336,6 +337,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q17_a_changed_definition_wins_and_recomputes_the_next_fire_time,
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
     q17_cron_on_dst_days_fires_once,
+    q17_7_sub_hourly_cron_fires_at_every_real_instant_across_both_dst_changes,
     q17_bad_arguments_are_rejected_without_effect,
     q17_10_delete_periodic_deletes_one_row_and_keeps_its_jobs,
     q17_10_a_schedule_still_declared_comes_back_as_a_new_row,
