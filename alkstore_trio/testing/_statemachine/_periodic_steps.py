@@ -1,4 +1,5 @@
-"""Q17 in the engine-vs-model machine: the ``FirePeriodic`` step.
+"""Q17 in the engine-vs-model machine: the ``FirePeriodic`` step (which may first delete
+a row, Q17.10: the schedule then comes back as a new row when it is fired again).
 
 A step fires a few schedules from a fixed table (:data:`SCHEDULES`), as one worker of a
 fleet would, on the engine and on the model, and holds them to the same jobs, the same
@@ -25,6 +26,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+import hypothesis.strategies as st
 from hypothesis import event
 
 from ..._core import Periodic
@@ -47,6 +49,14 @@ SCHEDULES: tuple[tuple[str, dict[str, object]], ...] = (
     ("p-dst", {"cron": "30 2 * * *", "tz": DST_ZONE}),  # Q17.7
     ("p-dst-half", {"cron": "*/30 * * * *", "tz": DST_ZONE, "catch_up": 3}),  # Q17.7
 )
+#: Q17: a few table entries with distinct names (the first of each name wins).
+_PICKS = st.lists(st.integers(0, len(SCHEDULES) - 1), min_size=1, max_size=3).map(
+    lambda picks: tuple({SCHEDULES[i][0]: i for i in reversed(picks)}.values())
+)
+#: Q17.10: mostly no delete; else the row of one entry's name (maybe not made yet).
+_DELETES = st.one_of(
+    st.just(None), st.just(None), st.just(None), st.integers(0, len(SCHEDULES) - 1)
+)
 #: How long before a daylight-saving change a run may start.
 _DST_EVE = timedelta(minutes=15)
 #: The horizon of the step's listing: short, so rows turn stale within a run.
@@ -55,10 +65,19 @@ STALE_AFTER_S = 30.0
 
 @dataclass(frozen=True, repr=False)
 class FirePeriodic(_Step):
-    """``store.fire_periodic`` of the table entries ``picks`` (distinct names), then
-    ``store.list_periodic(stale_after_s=30)``."""
+    """``store.delete_periodic`` of the table entry ``delete``'s name when it is given
+    (Q17.10), then ``store.fire_periodic`` of the table entries ``picks`` (distinct
+    names), then ``store.list_periodic(stale_after_s=30)``."""
 
     picks: tuple[int, ...] = (0,)
+    delete: int | None = None
+
+
+def draw_fire_periodic(draw: st.DrawFn) -> FirePeriodic:
+    """A ``FirePeriodic`` step: up to three entries of distinct names, and one time in
+    four a row deleted first."""
+    picks = draw(_PICKS)
+    return FirePeriodic(picks, delete=draw(_DELETES))
 
 
 def schedules_of(step: FirePeriodic, queue: str) -> list[Periodic]:
@@ -76,6 +95,11 @@ async def apply_fire_periodic(run: _Run, step: FirePeriodic, now: datetime) -> o
 
     queue = next(iter(run.queues.values())).name
     schedules = schedules_of(step, queue)
+    if step.delete is not None:  # Q17.10
+        name = SCHEDULES[step.delete][0]
+        deleted = await run.store.delete_periodic(name)
+        _agree(f"{step}: delete_periodic({name!r})", deleted, run.model.periodic.delete(name))
+        event(f"FirePeriodic: delete_periodic -> {deleted}")
     got = await run.store.fire_periodic(schedules)
     want = run.model.periodic.fire(run.model, schedules, now=now)
     _agree(f"{step}: tick", got, want)
