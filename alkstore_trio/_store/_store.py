@@ -180,6 +180,8 @@ class Store:
         fire time is then recomputed from now: last writer wins, Q17.3) and is stamped as
         seen; each schedule then gets one job per fire time it owes (Q17.5's
         ``catch_up``), with the ``alk-periodic`` headers (Q17.4), and its row advances.
+        A row that another call is firing at that moment may be left to it (Q17.9); the
+        answer's delay then asks again within a second.
 
         Args:
             schedules: :class:`~alkstore_trio.Periodic` schedules with distinct names
