@@ -41,6 +41,9 @@ PERIODIC_STALE_AFTER_S: Final = 600.0
 #: The longest a worker goes without asking about its schedules: the safety re-check,
 #: which also stamps ``last_seen_at`` well inside :data:`PERIODIC_STALE_AFTER_S`.
 PERIODIC_RECHECK_S: Final = 60.0
+#: Q17.9: how soon a call asks again about a schedule whose row another call was firing
+#: (and skipped): its holder fires it, and this re-check notices if the holder died.
+PERIODIC_HELD_RECHECK_S: Final = 1.0
 #: Schedule names: like queue names, up to 200 characters.
 PERIODIC_NAME_MAX_CHARS: Final = 200
 #: The most fire times one schedule's ``catch_up`` may backfill.
@@ -133,7 +136,7 @@ class Periodic:
         catch_up: CatchUp = "one",
     ) -> None:
         init = object.__setattr__
-        init(self, "name", _check_name(name))
+        init(self, "name", check_name(name))
         init(self, "queue", v.check_queue_name(queue))
         if (cron is None) == (every_s is None):
             raise InvalidArgument(
@@ -314,8 +317,8 @@ class PeriodicTick(NamedTuple):
     Attributes:
         fired: The jobs enqueued, by schedule and fire time.
         next_in_s: Seconds on the engine's clock until the earliest ``next_fire_at`` of
-            the schedules asked about (0 when one is due already; a short re-check when
-            another worker held a row).
+            the schedules asked about (0 when one is due already; at most
+            :data:`PERIODIC_HELD_RECHECK_S` when another call held a row, Q17.9).
     """
 
     fired: tuple[PeriodicFired, ...]
@@ -358,7 +361,8 @@ def delay_until(at: datetime | None, now: datetime) -> float:
 # -- argument checks ------------------------------------------------------------------
 
 
-def _check_name(name: object) -> str:
+def check_name(name: object) -> str:
+    """A schedule name (Q17.1): 1-200 characters of storable text."""
     return v.check_text("Periodic name", name, max_chars=PERIODIC_NAME_MAX_CHARS)
 
 

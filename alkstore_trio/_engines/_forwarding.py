@@ -140,6 +140,9 @@ class ForwardingEngine:
     async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
         return await self.inner.list_periodic(stale_after_s)
 
+    async def delete_periodic(self, name: str) -> bool:
+        return await self.inner.delete_periodic(name)
+
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:
         await self.inner.set_paused(queue, paused)

@@ -149,7 +149,9 @@ class WorkPath(Protocol):
         now), stamp ``last_seen_at``; then enqueue one job per fire time owed
         (``alkstore_trio._core._periodic.plan_fires``) and advance the row. Concurrent
         calls for one name are serialized by the engine, so each fire time is enqueued
-        at most once. The jobs enqueued, and the delay until the earliest next fire."""
+        at most once; an engine may instead skip a row another call is firing (Q17.9),
+        answering a delay of at most ``PERIODIC_HELD_RECHECK_S`` for it. The jobs
+        enqueued, and the delay until the earliest next fire."""
         ...
 
 
@@ -215,6 +217,12 @@ class OperatorPath(Protocol):
     async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
         """Q17.6: every schedule's row by name, at one clock read; ``stale`` when its
         ``last_seen_at`` is more than ``stale_after_s`` before now."""
+        ...
+
+    async def delete_periodic(self, name: str) -> bool:
+        """Q17.10: delete the schedule row ``name`` (waiting for a call firing it);
+        ``True`` if there was one. A worker that still declares the name makes it again
+        at its next call, as a new row."""
         ...
 
     # Q18: queue controls.

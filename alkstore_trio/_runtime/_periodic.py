@@ -30,8 +30,17 @@ if TYPE_CHECKING:
     from ._events import Reporter
     from ._supervisor import Supervisor
 
-#: How long a failed ``fire_periodic`` waits before it is tried again.
+#: How long a failed ``fire_periodic`` waits before it is tried again; each further
+#: failure in a row doubles the wait, up to :data:`PERIODIC_RETRY_MAX_S`.
 PERIODIC_RETRY_S: Final = 1.0
+#: The longest wait between two failed ``fire_periodic`` calls.
+PERIODIC_RETRY_MAX_S: Final = 16.0
+
+
+def retry_delay_s(failures: int) -> float:
+    """Q17.8: the wait after ``failures`` (>= 1) failed calls in a row: 1, 2, 4, 8, 16,
+    16... seconds."""
+    return min(PERIODIC_RETRY_S * 2.0 ** min(failures - 1, 32), PERIODIC_RETRY_MAX_S)
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,18 @@ async def serve_periodic(
     task_status: trio.TaskStatus[None],
 ) -> None:
     """Q17.8: ``fire_periodic`` now, then whenever the earliest next fire time comes
-    (at most :data:`PERIODIC_RECHECK_S` apart). A failing call is logged and retried."""
+    (at most :data:`PERIODIC_RECHECK_S` apart). A failing call (an ``EngineError``: the
+    database away, a lock wait past its bound, a session PostgreSQL ended, Q17.9) is
+    logged and retried with a doubling wait (:func:`retry_delay_s`); the actor never
+    ends the worker over it."""
     task_status.started()
+    failures = 0
     while True:
         try:
             tick = await store.fire_periodic(schedules)
         except Exception as exc:
+            failures += 1
+            delay_s = retry_delay_s(failures)
             counts["engine_errors"] += isinstance(exc, EngineError)
             reporter.log(
                 logging.WARNING,
@@ -84,11 +99,11 @@ async def serve_periodic(
                 "firing periodic schedules failed (%s: %s); next try in %gs",
                 type(exc).__name__,
                 exc,
-                PERIODIC_RETRY_S,
+                delay_s,
                 error=describe(exc),
             )
-            delay_s = PERIODIC_RETRY_S
         else:
+            failures = 0
             queue_of = {p.name: p.queue for p in schedules}
             for fired in tick.fired:
                 reporter.log(

@@ -180,6 +180,8 @@ class Store:
         fire time is then recomputed from now: last writer wins, Q17.3) and is stamped as
         seen; each schedule then gets one job per fire time it owes (Q17.5's
         ``catch_up``), with the ``alk-periodic`` headers (Q17.4), and its row advances.
+        A row that another call is firing at that moment may be left to it (Q17.9); the
+        answer's delay then asks again within a second.
 
         Args:
             schedules: :class:`~alkstore_trio.Periodic` schedules with distinct names
@@ -223,6 +225,27 @@ class Store:
         self._check_open()
         checked = v.check_duration("stale_after_s", stale_after_s, min_s=0, min_inclusive=False)
         return await self._engine.list_periodic(checked)
+
+    async def delete_periodic(self, name: str) -> bool:
+        """Delete the schedule row ``name`` (Q17.10): for a stale row, whose schedule no
+        worker declares any more.
+
+        A worker that still declares the schedule makes its row again at its next call
+        (within a minute), as a new row: the next fire time is recomputed from then and
+        ``last_fire_at`` starts empty. Remove the schedule from the code first.
+
+        Args:
+            name: The schedule's name (1-200 characters of storable text).
+
+        Returns:
+            ``True`` if the row was deleted, ``False`` if there was none.
+
+        Raises:
+            InvalidArgument: ``name`` is not a valid schedule name.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        return await self._engine.delete_periodic(periodic.check_name(name))
 
     async def aclose(self) -> None:
         """Close the store. Closing twice is harmless."""

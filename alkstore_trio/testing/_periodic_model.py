@@ -46,7 +46,7 @@ def _successor(p: Periodic, instant: datetime) -> datetime:
 
 
 class PeriodicModel:
-    """Every schedule's row by name, and Q17.2-Q17.6 over them."""
+    """Every schedule's row by name, and Q17.2-Q17.6 and Q17.10 over them."""
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
@@ -115,6 +115,10 @@ class PeriodicModel:
             )
             for name, row in sorted(self._rows.items())
         ]
+
+    def delete(self, name: str) -> bool:
+        """Q17.10: drop the row ``name``; whether there was one."""
+        return self._rows.pop(name, None) is not None
 
     def next_fire_times(self) -> list[tuple[str, datetime]]:
         """Every row's next fire time (for the machine's time targets)."""

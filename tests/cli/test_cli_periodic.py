@@ -14,7 +14,7 @@ import trio
 from _worker_process import worker_env
 
 from alkstore_trio import Periodic, open_store
-from alkstore_trio._cli import EXIT_OK, EXIT_USAGE, main
+from alkstore_trio._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 from alkstore_trio._cli.main import build_parser
 from alkstore_trio._cli.worker import setup
 
@@ -72,6 +72,35 @@ def test_q17_6_periodic_list_shows_every_row_and_the_stale_ones(cli, pg_dsn, sch
     assert rows[0]["next_fire_at"].endswith("T05:00:00Z")  # 07:00 in Riga (winter: +2)
     assert rows[0]["expression"] == "cron:0 7 * * *"
     assert cli("periodic", "list", "--stale-after-s", "0")[0] == EXIT_USAGE
+
+
+def test_q17_10_periodic_delete_deletes_a_row_and_says_when_a_worker_still_declares_it(
+    cli, on_store, schema
+):
+    async def seed(store) -> None:
+        await store.fire_periodic(
+            [Periodic("gone", "emails", every_s=60), Periodic("live", "emails", every_s=60)]
+        )
+        async with store.transaction() as tx:  # back-date: removed from the code
+            await tx.execute(
+                f'UPDATE "{schema}".periodic SET last_seen_at = last_seen_at - '
+                "interval '1 hour' WHERE name = 'gone'"
+            )
+
+    on_store(seed)
+    status, out, err = cli("periodic", "delete", "gone")
+    assert (status, out, err) == (EXIT_OK, "deleted the row of schedule 'gone'\n", "")
+    status, out, err = cli("periodic", "delete", "live", "--json")
+    assert status == EXIT_OK
+    assert json.loads(out) == {"name": "live", "deleted": True, "stale": False}
+    assert "its next check makes the row again" in err
+    assert cli("periodic", "list")[2] == "no periodic schedules\n"
+    status, out, err = cli("periodic", "delete", "gone")
+    assert (status, out) == (EXIT_FAILED, "")
+    assert "schedule 'gone' was not deleted: there is no such row" in err
+    status, _, err = cli("periodic", "delete", "bad\x00name")
+    assert status == EXIT_USAGE
+    assert "NUL" in err
 
 
 def test_q17_8_worker_periodic_loads_the_schedules_before_opening_anything(schedules_module):

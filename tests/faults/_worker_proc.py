@@ -25,6 +25,14 @@ library's, psycopg's...) to stderr with all its attributes, the ``repr`` of ever
 event, and at the end the ``repr`` of the store, the worker and its statistics: the
 secrets tests scan all of it.
 
+``--freeze-in-fire PATH`` is the stalled-scheduler hook (Q17.9): once ``PATH`` exists,
+the first ``fire_periodic`` transaction that holds a schedule row (the engine planned a
+row, which it does only for rows its transaction locked) runs all its statements, writes
+a ``frozen_in_fire`` record (``fired``: the fire times it enqueued, uncommitted) and
+stops the whole process with SIGSTOP *before its commit*, holding the rows' locks.
+``--fire-idle-timeout-s`` sets how long PostgreSQL lets that transaction sit idle
+(the engine's ``FIRE_IDLE_TIMEOUT_S``), so a test need not wait out the default.
+
 Every line of ``RECORDS`` is one JSON object, written and flushed at once (so a
 ``kill -9`` loses at most the line being written). ``ev`` says what happened:
 
@@ -154,8 +162,42 @@ def _epoch(value: Any) -> float | None:
     return None if value is None else value.timestamp()
 
 
+def freeze_in_fire(trigger: str, records: Records) -> None:
+    """``--freeze-in-fire``: wrap the PostgreSQL engine's fire step (see the module's
+    docstring). The wrappers replace module globals the engine looks up at each call."""
+    from alkstore_trio._core._periodic import format_fire_at
+    from alkstore_trio._engines._postgres import _periodic
+
+    real_fire, real_plan = _periodic.fire, _periodic.plan_fires
+    state = {"held": False, "frozen": False}
+
+    def triggered() -> bool:
+        return os.path.exists(trigger)
+
+    def plan_fires(*args: Any) -> Any:
+        state["held"] = True  # called only for a row this transaction locked
+        return real_plan(*args)
+
+    async def fire(*args: Any) -> Any:
+        state["held"] = False
+        tick = await real_fire(*args)
+        if state["held"] and not state["frozen"] and triggered():
+            state["frozen"] = True
+            records.write("frozen_in_fire", fired=[format_fire_at(f.fire_at) for f in tick.fired])
+            os.kill(os.getpid(), signal.SIGSTOP)  # the transaction is still open
+        return tick
+
+    _periodic.plan_fires, _periodic.fire = plan_fires, fire
+
+
 async def main(args: argparse.Namespace, stream: TextIO) -> None:
     records = Records(stream)
+    if args.freeze_in_fire:
+        freeze_in_fire(args.freeze_in_fire, records)
+    if args.fire_idle_timeout_s is not None:
+        from alkstore_trio._engines._postgres import _periodic
+
+        _periodic.FIRE_IDLE_TIMEOUT_S = args.fire_idle_timeout_s  # type: ignore[misc]
     logger = logging.getLogger("alkstore_trio.postgres")
     logger.addHandler(EngineWarnings(records))
     if args.debug_log:
@@ -215,11 +257,9 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
             shutdown_grace_s=args.shutdown_grace_s,
             heartbeat_interval_s=args.heartbeat_interval_s,
             sweep_interval_s=args.sweep_interval_s,
-            # Q17: --periodic NAME:QUEUE:EVERY_S declares Periodic(NAME, QUEUE, every_s=...).
-            periodic=[
-                Periodic(name, queue, every_s=float(every))
-                for name, queue, every in (spec.split(":") for spec in args.periodic)
-            ],
+            # Q17: --periodic NAME:QUEUE:EVERY_S[:CATCH_UP] declares
+            # Periodic(NAME, QUEUE, every_s=..., catch_up=...).
+            periodic=[periodic_of(spec) for spec in args.periodic],
         )
         records.worker_id = worker.worker_id
         recorder = HistoryRecorder(stream, keep=False, time_base="wall")
@@ -257,6 +297,13 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
             for name, value in (("store", store), ("worker", worker)):
                 print(f"repr {name} {value!r}", file=sys.stderr, flush=True)
             print(f"repr statistics {worker.statistics()!r}", file=sys.stderr, flush=True)
+
+
+def periodic_of(spec: str) -> Periodic:
+    """``NAME:QUEUE:EVERY_S[:CATCH_UP]`` as a ``Periodic`` (catch-up default ``"one"``)."""
+    name, queue, every, *rest = spec.split(":")
+    catch_up: Any = int(rest[0]) if rest else "one"
+    return Periodic(name, queue, every_s=float(every), catch_up=catch_up)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -308,8 +355,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--periodic",
         action="append",
         default=[],
-        metavar="NAME:QUEUE:EVERY_S",
+        metavar="NAME:QUEUE:EVERY_S[:CATCH_UP]",
         help="declare a periodic schedule (Q17); repeatable",
+    )
+    parser.add_argument(
+        "--freeze-in-fire",
+        default=None,
+        metavar="PATH",
+        help="once PATH exists, SIGSTOP inside the next fire transaction that holds a row",
+    )
+    parser.add_argument(
+        "--fire-idle-timeout-s",
+        type=float,
+        default=None,
+        help="the fire transaction's idle_in_transaction_session_timeout (Q17.9)",
     )
     return parser.parse_args(argv)
 

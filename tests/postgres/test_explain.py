@@ -370,8 +370,20 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             )
         ],
         "advance_periodic": [
-            ("two schedules", {"names": ["a", "b"], "nexts": [None, None], "lasts": [None, None]})
+            (
+                "two schedules",
+                {
+                    "names": ["a", "b"],
+                    "queues": [QUEUE, QUEUE],
+                    "expressions": ["every:60.0s", "cron:0 7 * * *"],
+                    "tzs": ["UTC", "Europe/Riga"],
+                    "nexts": [None, None],
+                    "lasts": [None, None],
+                    "now": datetime(2100, 1, 1, tzinfo=UTC),
+                },
+            )
         ],
+        "delete_periodic": [("one schedule", {"name": "a"})],
         "list_periodic": [("default horizon", {"stale_after_s": 600.0})],
         # Q18: queue controls.
         "set_paused": [

@@ -148,6 +148,7 @@ CONTRACT_WORDS = {
     "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip
 CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
+CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
 
 
 def test_queries_statements_are_named_after_the_contract():

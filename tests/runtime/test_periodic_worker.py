@@ -4,12 +4,14 @@ Every test runs on trio's ``MockClock`` with the store on :class:`TrioClock`."""
 
 from __future__ import annotations
 
+import itertools
 from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
-from alkstore_trio import InvalidArgument, Periodic, Worker, open_store
+from alkstore_trio import EngineError, InvalidArgument, Periodic, Worker, open_store
+from alkstore_trio._runtime._periodic import PERIODIC_RETRY_MAX_S, retry_delay_s
 from alkstore_trio.engine import ForwardingEngine, MemoryEngine
 from alkstore_trio.testing import TrioClock
 
@@ -84,6 +86,44 @@ async def test_q17_8_a_failed_call_is_logged_and_retried(autojump_clock):
         assert "periodic_failed" in kinds
         # Made at 1 s (the retry): fires at 6 and 11 s.
         assert len(await fire_times(store)) == 2
+
+
+class FailingAt(ForwardingEngine):
+    """Fails ``fire_periodic`` (an EngineError) ``failures`` times, noting when it was
+    called (trio time)."""
+
+    def __init__(self, inner, failures):
+        super().__init__(inner)
+        self.failures = failures
+        self.calls = []
+
+    async def fire_periodic(self, schedules):
+        self.calls.append(trio.current_time())
+        if self.failures:
+            self.failures -= 1
+            raise EngineError("the fire transaction was ended by the server")
+        return await super().fire_periodic(schedules)
+
+
+async def test_q17_8_failed_calls_back_off_doubling_and_the_worker_keeps_running(autojump_clock):
+    engine = FailingAt(MemoryEngine(clock=TrioClock()), failures=6)
+    every = Periodic("every-60s", "reports", every_s=60)
+    async with open_store(engine) as store:
+        worker = Worker(store, {"other": nothing}, periodic=[every])
+        async with running(worker):
+            await trio.sleep(100)
+            assert worker.statistics().engine_errors == 6
+        start = engine.calls[0]
+        waits = [round(b - a, 6) for a, b in itertools.pairwise(engine.calls[:7])]
+        assert waits == [1, 2, 4, 8, 16, 16], waits
+        # The 7th call (at 47 s) made the row: its first fire time is at 107 s.
+        assert engine.calls[6] - start == 47
+        assert await fire_times(store) == []
+
+
+def test_q17_8_the_retry_delay_doubles_up_to_its_cap():
+    assert [retry_delay_s(n) for n in (1, 2, 3, 4, 5, 6, 1000)] == [1, 2, 4, 8, 16, 16, 16]
+    assert PERIODIC_RETRY_MAX_S == 16
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,23 @@ def test_q17_7_sub_hourly_cron_fires_at_every_real_instant_of_a_fall_back_night(
     assert fired == [utc(2026, 10, 24, 23, 30) + timedelta(minutes=30 * k) for k in range(6)]
 
 
+@pytest.mark.parametrize(
+    ("tz", "start"),
+    [
+        ("Europe/Berlin", utc(2026, 3, 28, 23, 0)),  # 00:00 CET
+        ("America/New_York", utc(2026, 3, 8, 5, 0)),  # 00:00 EST
+    ],
+)
+def test_q17_7_sub_hourly_cron_skips_the_missing_hour_of_a_spring_forward_night(tz, start):
+    half_hourly = Periodic("h", "q", cron="*/30 * * * *", tz=tz)
+    fired = walk(half_hourly, start, start + timedelta(hours=4), 60)
+    # 00:30, 01:00 and 01:30 standard time; 02:00 and 02:30 do not exist; then 03:00,
+    # 03:30... daylight time. 01:30 and 03:00 local are 30 real minutes apart, so the
+    # fire times stay 30 minutes apart in real time: none twice, none in the gap.
+    minutes = [30, 60, 90, 120, 150, 180, 210, 240]
+    assert fired == [start + timedelta(minutes=m) for m in minutes]
+
+
 def test_q17_7_every_s_is_elapsed_time_and_ignores_the_zone():
     every = Periodic("e", "q", every_s=3600, tz="Europe/Berlin")
     fired = walk(every, utc(2026, 3, 28, 23, 0), utc(2026, 3, 29, 4, 0), 600)

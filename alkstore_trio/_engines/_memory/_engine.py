@@ -296,6 +296,9 @@ class MemoryEngine:
     async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
         return await self._call(lambda table, now: self._periodic.list(stale_after_s, now))
 
+    async def delete_periodic(self, name: str) -> bool:
+        return await self._call(lambda table, now: self._periodic.delete(name))
+
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:
         def run(table: JobTable, now: datetime) -> None:

@@ -84,3 +84,7 @@ class PeriodicRows:
             )
             for _, row in sorted(self._rows.items())
         ]
+
+    def delete(self, name: str) -> bool:
+        """Q17.10: delete the row ``name``; whether there was one."""
+        return self._rows.pop(name, None) is not None

@@ -458,6 +458,10 @@ class PostgresEngine:
         rows = await self._run("list_periodic", {"stale_after_s": stale_after_s})
         return [_periodic.info(row) for row in rows]
 
+    async def delete_periodic(self, name: str) -> bool:
+        ((count,),) = await self._run("delete_periodic", {"name": name})
+        return bool(count)
+
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:
         params = {"queue": queue, "paused": paused, "channel": self._channel(queue)}

@@ -200,6 +200,7 @@ from .q16_reschedule import (
     q16_reschedule_wakes_the_queue_with_the_new_due_time,
 )
 from .q17_periodic import (  # Q17
+    q17_7_sub_hourly_cron_fires_at_every_real_instant_across_both_dst_changes,
     q17_a_changed_definition_wins_and_recomputes_the_next_fire_time,
     q17_bad_arguments_are_rejected_without_effect,
     q17_concurrent_calls_enqueue_each_fire_time_once,
@@ -208,6 +209,11 @@ from .q17_periodic import (  # Q17
     q17_jobs_carry_the_schedule_and_fire_time_headers_and_stamps,
     q17_missed_fire_times_follow_catch_up,
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
+)
+from .q17_periodic_delete import (  # Q17.10
+    q17_10_a_schedule_still_declared_comes_back_as_a_new_row,
+    q17_10_delete_periodic_deletes_one_row_and_keeps_its_jobs,
+    q17_10_delete_periodic_rejects_a_bad_name_without_effect,
 )
 from .q18_pause import (
     q18_a_claim_on_a_paused_queue_still_sweeps,
@@ -331,7 +337,11 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q17_a_changed_definition_wins_and_recomputes_the_next_fire_time,
     q17_undeclared_schedules_stop_firing_and_list_as_stale,
     q17_cron_on_dst_days_fires_once,
+    q17_7_sub_hourly_cron_fires_at_every_real_instant_across_both_dst_changes,
     q17_bad_arguments_are_rejected_without_effect,
+    q17_10_delete_periodic_deletes_one_row_and_keeps_its_jobs,
+    q17_10_a_schedule_still_declared_comes_back_as_a_new_row,
+    q17_10_delete_periodic_rejects_a_bad_name_without_effect,
     q15_a_held_key_creates_nothing_and_returns_the_live_job,
     q15_the_key_frees_when_its_job_is_acked_cancelled_or_dead,
     q15_enqueue_many_carries_a_key_per_job,

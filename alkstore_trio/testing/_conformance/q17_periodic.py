@@ -33,6 +33,11 @@ def _last_sunday(year: int, month: int) -> date:
     return day - timedelta(days=(day.weekday() - 6) % 7)
 
 
+def _nth_sunday(year: int, month: int, n: int) -> date:
+    first = date(year, month, 1)
+    return first + timedelta(days=(6 - first.weekday()) % 7 + 7 * (n - 1))
+
+
 @_check
 async def q17_each_fire_time_is_enqueued_once_on_the_engines_clock(harness: EngineHarness) -> None:
     """Q17.2/Q17.3: the first call makes the row (first fire time one period after now)
@@ -208,6 +213,42 @@ async def q17_cron_on_dst_days_fires_once(harness: EngineHarness) -> None:
                 await harness.advance(3600)
                 got += await _fired_at(store, [daily])
             assert got == [want], f"on {day}: fired at {got}, wanted once at {want}"
+
+
+@_check
+async def q17_7_sub_hourly_cron_fires_at_every_real_instant_across_both_dst_changes(
+    harness: EngineHarness,
+) -> None:
+    """Q17.7/Q17.5: a half-hourly America/New_York schedule, called every ten minutes
+    across the spring-forward night, skips the hour that does not exist (02:00 and 02:30
+    fire nothing; 03:00 EDT fires once) and across the fall-back night fires both 01:00s
+    and both 01:30s, each once; a second schedule called only before and after each
+    night backfills exactly the same fire times (catch_up=20)."""
+    stepped = Periodic("stepped", "periodic", cron="*/30 * * * *", tz="America/New_York")
+    backfilled = Periodic(
+        "backfilled", "periodic", cron="*/30 * * * *", tz="America/New_York", catch_up=20
+    )
+    year = (await harness.now()).year + 1
+    spring, autumn = _nth_sunday(year, 3, 2), _nth_sunday(year, 11, 1)
+    half_hour = timedelta(minutes=30)
+    nights = [
+        # 00:30 EST (05:30Z) to 05:00 EDT (09:00Z): 02:00-02:59 local does not exist.
+        (spring, 5, [5.5, 6, 6.5, 7, 7.5, 8, 8.5, 9]),
+        # 00:30 EDT (04:30Z) to 03:00 EST (08:00Z): 01:00-01:59 local comes twice.
+        (autumn, 4, [4.5, 5, 5.5, 6, 6.5, 7, 7.5, 8]),
+    ]
+    async with harness.open_store() as store:
+        for day, start_hour, want_hours in nights:
+            start = datetime(day.year, day.month, day.day, start_hour, tzinfo=UTC)
+            await _advance_to(harness, start)
+            await store.fire_periodic([stepped, backfilled])  # catch up the months between
+            got: list[datetime] = []
+            for _ in range(24):  # four hours, every ten minutes
+                await harness.advance(600)
+                got += await _fired_at(store, [stepped])
+            want = [start + half_hour * round(2 * (h - start_hour)) for h in want_hours]
+            assert got == want, f"on {day}: fired at {got}, wanted {want}"
+            assert await _fired_at(store, [backfilled]) == want, f"backfill on {day}"
 
 
 @_check

@@ -44,6 +44,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 
 from ..._core import QueueOpts
 from .._model import ReferenceModel
+from ._periodic_steps import dst_start_offsets  # Q17.7
 from ._run import Disagreement, _Outcome, _Run
 from ._steps import (
     AckBatch,
@@ -188,6 +189,9 @@ async def check_engine_against_model(
             handles[name if count == 0 else f"{name}#{count + 1}"] = store.queue(name, opts)
         note(f"queue handles: {handles}")
         run = _Run(harness, store, model, handles)
+        # Q17.7: maybe start an hour before a daylight-saving change (the store is empty).
+        start = await harness.now()
+        await harness.advance(data.draw(st.sampled_from(dst_start_offsets(start)), label="start"))
         try:
             for index in range(steps):
                 now = await harness.now()

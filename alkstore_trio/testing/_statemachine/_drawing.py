@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 import hypothesis.strategies as st
 
 from ._controls import PAUSED_CHOICES, SetPaused
-from ._periodic_steps import SCHEDULES, FirePeriodic  # Q17
+from ._periodic_steps import draw_fire_periodic  # Q17
 from ._q16 import draw_q16_step
 from ._steps import (
     _RETENTIONS,
@@ -82,10 +82,6 @@ _TX_SIZES = st.integers(0, 3)
 _PURGE_AGES = st.sampled_from((None, 0.0, 3.0, 10.0))
 _LIST_LIMITS = st.sampled_from((1, 2, 100))
 _ACK_BATCH_SIZES = st.integers(0, 5)
-#: Q17: a few table entries with distinct names (the first of each name wins).
-_PERIODIC_PICKS = st.lists(st.integers(0, len(SCHEDULES) - 1), min_size=1, max_size=3).map(
-    lambda picks: tuple({SCHEDULES[i][0]: i for i in reversed(picks)}.values())
-)
 
 _StepKind: TypeAlias = Literal[
     "enqueue",
@@ -196,7 +192,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
     if kind == "reschedule":
         return draw_q16_step(draw, run, queue)
     if kind == "fire_periodic":  # Q17
-        return FirePeriodic(draw(_PERIODIC_PICKS))
+        return draw_fire_periodic(draw)
     if kind == "pause":
         return SetPaused(queue, paused=draw(PAUSED_CHOICES))
     return _draw_row_step(draw, run, kind, queue)

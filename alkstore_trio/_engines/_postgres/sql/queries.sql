@@ -841,42 +841,64 @@ WHERE queue = %(queue)s::text
         'infinity'::timestamptz
     );
 
--- Q17 periodic jobs. fire_periodic is one transaction: sync_periodic, then one
+-- Q17 periodic jobs. fire_periodic is one transaction (with its lock_timeout and
+-- idle_in_transaction_session_timeout set for it, Q17.9): sync_periodic, then one
 -- enqueue_one per fire time owed (the cron arithmetic runs in the client, on the clock
--- value sync_periodic returned), then advance_periodic.
+-- value sync_periodic returned), then advance_periodic over the rows it holds.
 
 -- name: sync_periodic
--- Q17.3: make each declared schedule's row, adopt the declared definition (a changed
--- expression or time zone clears next_fire_at, recomputed in this transaction), stamp
--- last_seen_at. The upsert locks every row it touches until the transaction ends: a
--- concurrent fire_periodic of the same name waits here and then sees the row advanced,
--- so each fire time is enqueued at most once (Q17.2). Rows are taken in name order (the
--- client sorts them), so two workers declaring overlapping sets never deadlock. Each
--- row's next_fire_at as it was kept, and the clock read.
-INSERT INTO @schema@.periodic AS p (name, queue, expression, tz, next_fire_at, last_seen_at)
-SELECT c.name, c.queue, c.expression, c.tz, NULL, t.now
-FROM (SELECT @schema@.alk_now() AS now) AS t,
-    unnest(%(names)s::text[], %(queues)s::text[], %(expressions)s::text[], %(tzs)s::text[])
-        WITH ORDINALITY AS c (name, queue, expression, tz, ord)
-ORDER BY c.ord
-ON CONFLICT (name) DO UPDATE SET
-    queue = excluded.queue,
-    expression = excluded.expression,
-    tz = excluded.tz,
-    next_fire_at = CASE
-        WHEN p.expression = excluded.expression AND p.tz = excluded.tz THEN p.next_fire_at
-    END,
-    last_seen_at = excluded.last_seen_at
-RETURNING p.name, p.next_fire_at, p.last_seen_at;
+-- Q17.3/Q17.9: make the declared schedules' missing rows, and lock the existing ones
+-- that no other transaction holds (SKIP LOCKED: a held row is being fired by its
+-- holder). Every row returned is locked by this transaction until it ends, so only it
+-- plans and advances them: each fire time is enqueued at most once (Q17.2). The new
+-- rows come from the insert (the locking read's snapshot cannot see them); a row that
+-- another transaction committed after this statement's snapshot is skipped like a held
+-- one. Each row's definition and next_fire_at as kept, and the clock read; with no row
+-- locked, one row of NULLs and the clock. Rows are inserted in name order (the client
+-- sorts them), so two first declarations of overlapping sets never deadlock.
+WITH t AS (SELECT @schema@.alk_now() AS now),
+made AS (
+    INSERT INTO @schema@.periodic AS p (name, queue, expression, tz, next_fire_at, last_seen_at)
+    SELECT c.name, c.queue, c.expression, c.tz, NULL, t.now
+    FROM t,
+        unnest(%(names)s::text[], %(queues)s::text[], %(expressions)s::text[], %(tzs)s::text[])
+            WITH ORDINALITY AS c (name, queue, expression, tz, ord)
+    ORDER BY c.ord
+    ON CONFLICT (name) DO NOTHING
+    RETURNING p.name, p.expression, p.tz, p.next_fire_at
+),
+held AS (
+    SELECT p.name, p.expression, p.tz, p.next_fire_at
+    FROM @schema@.periodic AS p
+    WHERE p.name = ANY (%(names)s::text[])
+    ORDER BY p.name
+    FOR UPDATE SKIP LOCKED
+)
+SELECT r.name, r.expression, r.tz, r.next_fire_at, t.now
+FROM t LEFT JOIN (SELECT * FROM made UNION ALL SELECT * FROM held) AS r ON true;
 
 -- name: advance_periodic
--- Q17.2: the rows' next fire times, and the latest fire time that got a job (NULL:
--- none this time, the old value stays).
+-- Q17.2/Q17.3: the held rows adopt the declared definition, their next fire times, the
+-- latest fire time that got a job (NULL: none this time, the old value stays) and
+-- last_seen_at = the clock read of sync_periodic.
 UPDATE @schema@.periodic AS p
-SET next_fire_at = c.next_fire_at, last_fire_at = coalesce(c.last_fire_at, p.last_fire_at)
-FROM unnest(%(names)s::text[], %(nexts)s::timestamptz[], %(lasts)s::timestamptz[])
-    AS c (name, next_fire_at, last_fire_at)
+SET queue = c.queue,
+    expression = c.expression,
+    tz = c.tz,
+    next_fire_at = c.next_fire_at,
+    last_fire_at = coalesce(c.last_fire_at, p.last_fire_at),
+    last_seen_at = %(now)s::timestamptz
+FROM unnest(
+    %(names)s::text[], %(queues)s::text[], %(expressions)s::text[], %(tzs)s::text[],
+    %(nexts)s::timestamptz[], %(lasts)s::timestamptz[]
+) AS c (name, queue, expression, tz, next_fire_at, last_fire_at)
 WHERE p.name = c.name;
+
+-- name: delete_periodic
+-- Q17.10: delete one schedule's row (waiting for a fire that holds it). The number of
+-- rows deleted: 0 or 1.
+WITH gone AS (DELETE FROM @schema@.periodic WHERE name = %(name)s::text RETURNING 1)
+SELECT count(*) FROM gone;
 
 -- name: list_periodic
 -- Q17.6: every schedule's row by name; stale when unseen for more than stale_after_s.
