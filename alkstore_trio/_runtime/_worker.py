@@ -1,4 +1,4 @@
-"""The worker: claims jobs from a store and runs their handlers (rules R1-R10).
+"""The worker: claims jobs from a store and runs their handlers (rules R1-R14).
 
 Why it is shaped this way. Every decision about a claim — may its handler start, is its
 outcome still ours to send, what a refused renewal or a stop does to it — is made by the
@@ -60,7 +60,13 @@ from ._actors import (
 )
 from ._asyncio import open_loop_if_needed
 from ._book import LEASE_UNCERTAIN, WORKER_STOPPED, ClaimBook
-from ._checks import check_count, check_handlers, positive
+from ._checks import (
+    check_concurrency,
+    check_count,
+    check_handlers,
+    check_queue_timeouts,
+    positive,
+)
 from ._dispatcher import Dispatcher
 from ._events import (
     ERROR_MAX_CHARS,
@@ -100,7 +106,7 @@ __all__ = [
 
 @final
 class Worker:
-    """Claims jobs from a store's queues and runs a handler for each (rules R1-R10).
+    """Claims jobs from a store's queues and runs a handler for each (rules R1-R14).
 
     Example::
 
@@ -117,14 +123,22 @@ class Worker:
         store: The store to work on (any engine).
         handlers: Maps queue names or :class:`~alkstore_trio.Queue` handles of ``store``
             to ``async def handler(job) -> None``. A handle's options apply to the
-            worker's sweeps; a name gets ``store.queue(name)``.
-        concurrency: The most handlers running at once (>= 1).
+            worker's sweeps; a name gets ``store.queue(name)``. Empty only with
+            ``periodic`` schedules: a scheduler-only worker, which claims nothing (R14).
+        concurrency: The most handlers running at once (>= 1); or (R12.5) a mapping of
+            every served queue to its own pool size, the total being their sum.
+        queue_concurrency: R12: caps for some queues within ``concurrency``: at most
+            that many claims of the queue are held (and its handlers run) at once, and
+            a queue at its cap never keeps the others from being claimed. Maps served
+            queue names or handles to ints from 1 to ``concurrency``.
         worker_id: Stored as ``claimed_by``; default ``"{hostname}:{pid}:{random}"``.
         poll_interval_s: Seconds between re-polls, the safety net for lost wakes (> 0).
         heartbeat_interval_s: Seconds between claim renewals (> 0); default a third of
             each job's ``visibility_timeout_s``.
         job_timeout_s: Seconds a handler may run before it is cancelled and its job
-            retried (> 0), or ``None`` for no limit.
+            retried (> 0), or ``None`` for no limit: every queue's default.
+        queue_job_timeout_s: R13: per-queue overrides of ``job_timeout_s`` (> 0, or
+            ``None`` for no limit on that queue), by served queue name or handle.
         shutdown_grace_s: On stop, seconds running handlers may still finish (>= 0)
             before they are cancelled and their jobs released.
         claim_batch_max: The most jobs one claim asks for (>= 1).
@@ -133,7 +147,8 @@ class Worker:
             the current one runs, so the database's time overlaps the handlers'. Their
             leases run while they wait (renewed like running claims, and a claim whose
             lease ran out never starts); a stop releases them at once. 0 (the default):
-            claim only what can start at once.
+            claim only what can start at once. A capped queue's claims stay within its
+            cap (R12.4).
         sweep_interval_s: Seconds between ``sweep_expired`` runs per queue (> 0).
         max_restarts: Restarts of the long-lived actors allowed within
             ``restart_window_s`` before the worker fails (>= 0).
@@ -149,11 +164,13 @@ class Worker:
         store: Store,
         handlers: Mapping[str | Queue, Handler],
         *,
-        concurrency: int = 10,
+        concurrency: int | Mapping[str | Queue, int] = 10,
+        queue_concurrency: Mapping[str | Queue, int] | None = None,
         worker_id: str | None = None,
         poll_interval_s: float = 5.0,
         heartbeat_interval_s: float | None = None,
         job_timeout_s: float | None = None,
+        queue_job_timeout_s: Mapping[str | Queue, float | None] | None = None,
         shutdown_grace_s: float = 30.0,
         claim_batch_max: int = 100,
         sweep_interval_s: float = 60.0,
@@ -163,7 +180,11 @@ class Worker:
         periodic: Iterable[Periodic] = (),
     ) -> None:
         self._store, self._periodic = store, PeriodicActor.of(store, periodic)
-        concurrency = check_count("concurrency", concurrency, minimum=1)
+        self._queues, self._handlers = check_handlers(
+            store, handlers, periodic=bool(self._periodic.schedules)
+        )
+        total, caps = check_concurrency(store, self._handlers, concurrency, queue_concurrency)
+        timeouts = check_queue_timeouts(store, self._handlers, queue_job_timeout_s)
         claim_batch_max = check_count("claim_batch_max", claim_batch_max, minimum=1)
         self._max_restarts = check_count("max_restarts", max_restarts, minimum=0)
         self._poll_interval_s = positive("poll_interval_s", poll_interval_s)
@@ -171,22 +192,21 @@ class Worker:
         self._restart_window_s = positive("restart_window_s", restart_window_s)
         if heartbeat_interval_s is not None:
             heartbeat_interval_s = positive("heartbeat_interval_s", heartbeat_interval_s)
-        self._job_timeout_s = (
-            None if job_timeout_s is None else positive("job_timeout_s", job_timeout_s)
-        )
+        if job_timeout_s is not None:
+            job_timeout_s = positive("job_timeout_s", job_timeout_s)
         shutdown_grace_s = v.check_duration("shutdown_grace_s", shutdown_grace_s, min_s=0)
         if worker_id is None:
             worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
             worker_id = worker_id[-v.WORKER_ID_MAX_CHARS :]
         self._worker_id = v.check_worker_id(worker_id)
-        self._queues, self._handlers = check_handlers(store, handlers)
         self._queue_by_name = {queue.name: queue for queue in self._queues}
         self._book = ClaimBook(
             self._handlers,
-            concurrency=concurrency,
+            concurrency=total,
             claim_batch_max=claim_batch_max,
             prefetch=check_count("prefetch", prefetch, minimum=0),
             heartbeat_interval_s=heartbeat_interval_s,
+            queue_concurrency=caps,
         )
         self._reporter = Reporter(self._worker_id)
         self._log = self._reporter.log
@@ -200,7 +220,7 @@ class Worker:
         self._finished = False
         self._inbox: trio.MemorySendChannel[Message] | None = None
         self._counts: dict[str, int] = {"engine_errors": 0}
-        self._actors = JobActors(self._book, self._reporter, self._job_timeout_s)
+        self._actors = JobActors(self._book, self._reporter, job_timeout_s, timeouts)
         self._dispatcher = Dispatcher(
             self._book,
             self._queue_by_name,
@@ -214,6 +234,8 @@ class Worker:
 
     def __repr__(self) -> str:
         names = ", ".join(q.name for q in self._queues)
+        if not names:
+            return f"<Worker {self._worker_id!r}: periodic schedules only>"
         return f"<Worker {self._worker_id!r} on [{names}]>"
 
     @property
@@ -360,7 +382,8 @@ class Worker:
         timer_inbox: trio.MemoryReceiveChannel[TimerRequest],
         task_status: trio.TaskStatus[None],
     ) -> None:
-        """R1: the long-lived actors under the supervisor, the dispatcher as its body."""
+        """R1: the long-lived actors under the supervisor, the dispatcher as its body.
+        R14: a scheduler-only worker (no queues) runs the periodic actor alone."""
         async with open_supervisor(
             name=f"worker {self._worker_id}",
             max_restarts=self._max_restarts,
@@ -369,25 +392,29 @@ class Worker:
             restart_delay_max_s=max(0.5, min(30.0, self._poll_interval_s)),
         ) as supervisor:
             self._supervisor = supervisor
-            await supervisor.start(
-                serve_wakes, self._store, self._queues, inbox_send, name="listener"
-            )
-            await supervisor.start(
-                serve_timer,
-                self._timers,
-                self._poll_interval_s,
-                inbox_send,
-                timer_inbox,
-                name="timer",
-            )
-            await supervisor.start(
-                serve_sweeps,
-                self._queues,
-                self._sweep_interval_s,
-                self._reporter,
-                self._counts,
-                name="sweeper",
-            )
+            if self._queues:
+                await self._start_queue_actors(supervisor, inbox_send, timer_inbox)
             await self._periodic.start(supervisor, self._reporter, self._counts)
             task_status.started()
             await self._dispatcher.dispatch(inbox)
+
+    async def _start_queue_actors(
+        self,
+        supervisor: Supervisor,
+        inbox_send: trio.MemorySendChannel[Message],
+        timer_inbox: trio.MemoryReceiveChannel[TimerRequest],
+    ) -> None:
+        """The actors of a worker that serves queues: the listener (R3), the re-poll
+        timer (R4) and the sweeper (R10)."""
+        await supervisor.start(serve_wakes, self._store, self._queues, inbox_send, name="listener")
+        await supervisor.start(
+            serve_timer, self._timers, self._poll_interval_s, inbox_send, timer_inbox, name="timer"
+        )
+        await supervisor.start(
+            serve_sweeps,
+            self._queues,
+            self._sweep_interval_s,
+            self._reporter,
+            self._counts,
+            name="sweeper",
+        )
