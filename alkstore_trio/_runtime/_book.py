@@ -123,7 +123,12 @@ class Verdict(enum.Enum):
 
 
 class ClaimBook:
-    """The claims of one worker and its claiming policy (R2, R5, R6, R7), synchronous.
+    """The claims of one worker and its claiming policy (R2, R5, R6, R7, R12), synchronous.
+
+    R12: a capped queue's claims *held* (every state but DONE, like the total's) never
+    exceed its cap; each claim of it asks for no more than its free slots, and a queue
+    at its cap is skipped (never ends a round, takes no fused share), so it holds up no
+    other queue. Without caps, the claim path reads one empty dict.
 
     Args:
         queues: The served queue names, in the worker's order (the round robin's).

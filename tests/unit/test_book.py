@@ -323,7 +323,7 @@ def capped(caps, queues=("a", "b"), concurrency=10, prefetch=0):
     )
 
 
-def test_r12_2_a_claim_is_sized_by_the_queue_free_slots_and_the_worker_s():
+def test_r12_2_a_claim_is_sized_by_the_queues_free_slots_and_the_workers():
     b = capped({"a": 3})
     assert b.claim_size("a") == 3
     assert b.claim_size("b") == 10
