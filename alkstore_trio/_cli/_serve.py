@@ -391,7 +391,6 @@ async def _serve(
 
 def _ready_line(worker: Worker, where: str) -> str:
     queues = ", ".join(queue.name for queue in worker.queues)
-    return (
-        f"worker {worker.worker_id} serving {queues} on {where}; Ctrl-C or SIGTERM stops "
-        "it gracefully"
-    )
+    # R14: a worker with only --periodic serves no queue.
+    serving = f"serving {queues}" if queues else "firing periodic schedules only (no queue)"
+    return f"worker {worker.worker_id} {serving} on {where}; Ctrl-C or SIGTERM stops it gracefully"

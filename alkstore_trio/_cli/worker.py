@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 from .. import postgres
-from .._errors import AlkstoreError, EngineError, SchemaError
+from .._core import _validate as v
+from .._errors import AlkstoreError, EngineError, InvalidArgument, SchemaError
 from .._open import open_store
 from .._runtime import SupervisorEscalated
 from ._args import (
@@ -27,6 +28,7 @@ from ._args import (
     worker_id,
 )
 from ._handlers import (  # Q17
+    QUEUE_SPEC_SHAPE,
     QueueSpecError,
     load_handlers,
     load_periodic,
@@ -49,6 +51,8 @@ WORKER_APPLICATION_NAME: Final = "alkstore-trio worker"
 #: The levels ``worker --log-level`` accepts.
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 
+T = TypeVar("T")
+
 
 def _queue_spec(text: str) -> QueueSpec:
     """An argparse ``type`` for ``--queue``: syntax only; the handler is loaded later."""
@@ -64,6 +68,28 @@ def _periodic_spec(text: str) -> PeriodicSpec:
         return parse_periodic_spec(text)
     except QueueSpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _per_queue(what: str, parse_value: Callable[[str], T]) -> Callable[[str], tuple[str, T]]:
+    """An argparse ``type`` for ``NAME=VALUE`` options (R12, R13): syntax and range only;
+    whether the worker serves NAME is checked once every option is parsed."""
+
+    def parse(text: str) -> tuple[str, T]:
+        name, equals, value = text.partition("=")
+        if not equals or not name:
+            raise argparse.ArgumentTypeError(f"{text!r} is not NAME={what}")
+        try:
+            v.check_queue_name(name)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        return name, parse_value(value)
+
+    return parse
+
+
+def _timeout_or_none(text: str) -> float | None:
+    """``S`` seconds > 0, or ``none`` (no limit)."""
+    return None if text.lower() == "none" else seconds(zero_ok=False)(text)
 
 
 def add_parser(
@@ -97,6 +123,9 @@ def add_parser(
                 "--concurrency 20 --job-timeout-s 60",
                 "alkstore-trio worker --dsn memory:// --queue emails=tasks:send  # a smoke test",
                 "alkstore-trio worker --queue emails=tasks:send --periodic tasks:SCHEDULES",
+                "alkstore-trio worker --queue emails=tasks:send --queue reports=tasks:report "
+                "--concurrency 22 --queue-concurrency reports=2 --queue-job-timeout-s reports=600",
+                "alkstore-trio worker --periodic tasks:SCHEDULES  # a scheduler-only worker",
             ],
         ),
         formatter_class=HelpFormatter,
@@ -125,7 +154,8 @@ def add_parser(
         default=[],
         help=(
             "serve queue NAME with the async handler FUNCTION of MODULE (dotted names "
-            "allowed on both sides: myapp.tasks:Mailer.send); repeat for more queues"
+            "allowed on both sides: myapp.tasks:Mailer.send); repeat for more queues. "
+            "Required unless --periodic is given (then the worker only fires schedules)"
         ),
     )
     worker.add_argument(  # Q17
@@ -154,6 +184,16 @@ def _add_run_options(worker: argparse.ArgumentParser) -> None:
         default=10,
         help="the most handlers running at once (default 10)",
     )
+    worker.add_argument(  # R12
+        "--queue-concurrency",
+        metavar="NAME=N",
+        dest="queue_concurrency_specs",
+        action="append",
+        type=_per_queue("N", int_in(1, 100_000)),
+        default=[],
+        help="at most N handlers of queue NAME at once, within --concurrency; a queue at "
+        "its cap never holds up the others; repeatable",
+    )
     positive, non_negative = seconds(zero_ok=False), seconds(zero_ok=True)
     worker.add_argument(
         "--poll-interval-s",
@@ -175,6 +215,15 @@ def _add_run_options(worker: argparse.ArgumentParser) -> None:
         type=positive,
         default=None,
         help="cancel a handler after this many seconds and retry its job (default: no limit)",
+    )
+    worker.add_argument(  # R13
+        "--queue-job-timeout-s",
+        metavar="NAME=S",
+        dest="queue_job_timeout_specs",
+        action="append",
+        type=_per_queue("S (seconds > 0, or none)", _timeout_or_none),
+        default=[],
+        help="--job-timeout-s for queue NAME alone (none: no limit); repeatable",
     )
     worker.add_argument(
         "--shutdown-grace-s",
@@ -254,6 +303,8 @@ async def run(args: argparse.Namespace) -> int:
         "poll_interval_s": args.poll_interval_s,
         "heartbeat_interval_s": args.heartbeat_interval_s,
         "job_timeout_s": args.job_timeout_s,
+        "queue_concurrency": args.queue_concurrency,  # R12
+        "queue_job_timeout_s": args.queue_job_timeout_s,  # R13
         "shutdown_grace_s": args.shutdown_grace_s,
         "claim_batch_max": args.claim_batch_max,
         "sweep_interval_s": args.sweep_interval_s,
@@ -286,9 +337,27 @@ def setup(args: argparse.Namespace) -> None:
     """Before ``trio.run``: import the handlers (a bad ``--queue`` is a usage error with
     nothing opened yet) and send log records to stderr at ``--log-level``."""
     usage_error: Callable[[str], NoReturn] = args.usage_error
+    if not args.queues and not args.periodic_specs:
+        usage_error(
+            f"name at least one queue: --queue {QUEUE_SPEC_SHAPE} (or give only --periodic "
+            "MODULE:ATTR for a worker that fires schedules and claims nothing)"
+        )
+    served = {spec.queue for spec in args.queues}
+    args.queue_concurrency = _per_queue_options(
+        "--queue-concurrency", args.queue_concurrency_specs, served, usage_error
+    )
+    for name, cap in (args.queue_concurrency or {}).items():
+        if cap > args.concurrency:
+            usage_error(
+                f"--queue-concurrency {name}={cap} is above --concurrency {args.concurrency}: "
+                "a queue cannot run more handlers than the worker; raise --concurrency"
+            )
+    args.queue_job_timeout_s = _per_queue_options(
+        "--queue-job-timeout-s", args.queue_job_timeout_specs, served, usage_error
+    )
     make_cwd_importable()
     try:
-        args.handlers = load_handlers(args.queues)
+        args.handlers = load_handlers(args.queues) if args.queues else {}  # R14
         args.periodic = load_periodic(args.periodic_specs)  # Q17
     except QueueSpecError as exc:
         usage_error(str(exc))
@@ -297,3 +366,22 @@ def setup(args: argparse.Namespace) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def _per_queue_options(
+    flag: str,
+    pairs: list[tuple[str, T]],
+    served: set[str],
+    usage_error: Callable[[str], NoReturn],
+) -> dict[str, T] | None:
+    """R12, R13: the ``NAME=VALUE`` values of ``flag`` by queue (``None``: not given);
+    each NAME once, and one of the ``--queue`` names."""
+    by_queue: dict[str, T] = {}
+    for name, value in pairs:
+        if name not in served:
+            queues = ", ".join(sorted(served)) or "none: only --periodic was given"
+            usage_error(f"{flag} {name}=...: queue {name!r} has no --queue (the queues: {queues})")
+        if name in by_queue:
+            usage_error(f"{flag}: queue {name!r} is named twice; name it once")
+        by_queue[name] = value
+    return by_queue or None

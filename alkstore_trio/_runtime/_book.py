@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from .._store import JobHandle
 
@@ -123,7 +123,12 @@ class Verdict(enum.Enum):
 
 
 class ClaimBook:
-    """The claims of one worker and its claiming policy (R2, R5, R6, R7), synchronous.
+    """The claims of one worker and its claiming policy (R2, R5, R6, R7, R12), synchronous.
+
+    R12: a capped queue's claims *held* (every state but DONE, like the total's) never
+    exceed its cap; each claim of it asks for no more than its free slots, and a queue
+    at its cap is skipped (never ends a round, takes no fused share), so it holds up no
+    other queue. Without caps, the claim path reads one empty dict.
 
     Args:
         queues: The served queue names, in the worker's order (the round robin's).
@@ -133,6 +138,8 @@ class ClaimBook:
             next batch is claimed while the current one runs).
         heartbeat_interval_s: The renewal interval, or ``None`` for a third of each
             job's visibility timeout.
+        queue_concurrency: R12: the most claims held at once per capped queue (queues
+            left out are capped by ``concurrency`` alone).
     """
 
     def __init__(
@@ -143,8 +150,13 @@ class ClaimBook:
         claim_batch_max: int,
         heartbeat_interval_s: float | None,
         prefetch: int = 0,
+        queue_concurrency: Mapping[str, int] | None = None,
     ) -> None:
         self.queues: tuple[str, ...] = tuple(queues)
+        #: R12: the caps of the capped queues, and the claims each holds (empty: none,
+        #: and then the claim path never looks at them).
+        self.caps: dict[str, int] = dict(queue_concurrency or {})
+        self.held: dict[str, int] = dict.fromkeys(self.caps, 0)
         self.concurrency = concurrency
         #: The most claims held at once: running, waiting to run, or settling.
         self.capacity = concurrency + prefetch
@@ -179,8 +191,19 @@ class ClaimBook:
 
     def wants_claim(self) -> bool:
         """Whether the dispatcher should claim now: not stopping, a queue woken, a slot
-        free."""
-        return not self.stopping and bool(self.woken) and self.free > 0
+        free (R12: in a woken queue too)."""
+        if self.stopping or not self.woken or self.free <= 0:
+            return False
+        return not self.caps or any(self._cap_room(queue) > 0 for queue in self.woken)
+
+    def _cap_room(self, queue: str) -> int:
+        """R12: the claims ``queue``'s own cap still allows (with the pipelined claim's
+        reservation if it is out for this queue); ``capacity`` when uncapped."""
+        cap = self.caps.get(queue)
+        if cap is None:
+            return self.capacity
+        reserved = self._reserved if queue == self.claim_in_flight else 0
+        return cap - self.held[queue] - reserved
 
     def claim_round(self) -> tuple[str, ...]:
         """The queues in this round's order (round robin: each round starts one later)."""
@@ -190,12 +213,14 @@ class ClaimBook:
 
     def claim_size(self, queue: str) -> int | None:
         """How many to claim from ``queue`` now: ``None`` ends the round (no slot free, or
-        stopping), 0 skips the queue (not woken)."""
+        stopping), 0 skips the queue (not woken, or R12: at its cap)."""
         free = self.free
         if free <= 0 or self.stopping:
             return None
         if queue not in self.woken:
             return 0
+        if self.caps:
+            free = max(0, min(free, self._cap_room(queue)))
         return min(free, self.claim_batch_max)
 
     def next_pipelined_claim(self) -> tuple[str, int] | None:
@@ -225,11 +250,18 @@ class ClaimBook:
         """How many to claim from ``queue`` with ``acks`` of its acks (D21, R-D7): its
         fair share of the slots free once they are acked, divided among the woken queues
         so a deep queue cannot starve the others; 0: send the acks alone (stopping, the
-        queue is idle, no slot would be free, or pipelined: the claim goes beside)."""
+        queue is idle, no slot would be free, or pipelined: the claim goes beside).
+        R12: the share is divided among the woken queues with room under their caps
+        (a capped queue at its cap takes none), and never exceeds the queue's own room
+        once its acks settle."""
         free = self.free + acks
         if self.pipelined or self.stopping or queue not in self.woken or free <= 0:
             return 0
-        return min(-(-free // len(self.woken)), self.claim_batch_max)
+        if not self.caps:
+            return min(-(-free // len(self.woken)), self.claim_batch_max)
+        room = self._cap_room(queue) + acks
+        sharing = sum(1 for q in self.woken if q == queue or self._cap_room(q) > 0)
+        return max(0, min(-(-free // sharing), room, self.claim_batch_max))
 
     def claim_failed(self, queue: str) -> None:
         """A claim from ``queue`` failed: try it again on the next wake or tick (R8)."""
@@ -254,6 +286,8 @@ class ClaimBook:
             claims.append(claim)
         self.claims.update(claims)
         self.counts["claimed"] += len(claims)
+        if queue in self.held:
+            self.held[queue] += len(claims)
         return claims
 
     def wake(self, queues: Iterable[str]) -> None:
@@ -476,6 +510,8 @@ class ClaimBook:
 
     def _drop(self, claim: Claim) -> None:
         claim.state = ClaimState.DONE
+        if self.held and claim in self.claims and claim.queue in self.held:
+            self.held[claim.queue] -= 1
         self.claims.discard(claim)
 
 

@@ -32,6 +32,8 @@ from ._events import describe, error_text
 from ._outcomes import Fail, Retry
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._actors import Message
     from ._book import Claim, ClaimBook
     from ._events import Reporter
@@ -45,10 +47,22 @@ _TO_REPORT = frozenset({ClaimState.CANCELLING, ClaimState.LOST})
 class JobActors:
     """Runs job and heartbeat actors for one worker, and counts what its handlers did."""
 
-    def __init__(self, book: ClaimBook, reporter: Reporter, job_timeout_s: float | None) -> None:
+    def __init__(
+        self,
+        book: ClaimBook,
+        reporter: Reporter,
+        job_timeout_s: float | None,
+        queue_timeouts: Mapping[str, float | None] | None = None,
+    ) -> None:
         self.book = book
         self.reporter = reporter
         self.job_timeout_s = job_timeout_s
+        #: R13: per-queue overrides, each with the parameter its timeout error names
+        #: (empty: none, and the hot path reads only ``job_timeout_s``).
+        self.queue_timeouts: dict[str, tuple[float | None, str]] = {
+            queue: (timeout_s, f"queue_job_timeout_s[{queue!r}]")
+            for queue, timeout_s in (queue_timeouts or {}).items()
+        }
         self.inbox: trio.MemorySendChannel[Message] | None = None
         self.counts: dict[str, int] = dict.fromkeys(
             ("handler_errors", "timed_out", "started", "finished"), 0
@@ -144,15 +158,18 @@ class JobActors:
         self.claim_to_start_total_s += start - claim.claimed_at
         if self.reporter.wants(logging.DEBUG):
             self.reporter.log(logging.DEBUG, "start", job, "handler started")
+        timeout_s, param = self.job_timeout_s, "job_timeout_s"
+        if self.queue_timeouts:  # R13
+            timeout_s, param = self.queue_timeouts.get(claim.queue, (timeout_s, param))
         try:
-            if self.job_timeout_s is None:
+            if timeout_s is None:
                 await handler(job)
                 return ACK
-            with trio.move_on_after(self.job_timeout_s) as timeout:
+            with trio.move_on_after(timeout_s) as timeout:
                 await handler(job)
             if timeout.cancelled_caught:
                 self.counts["timed_out"] += 1
-                error = f"job timed out after {self.job_timeout_s:g}s (job_timeout_s)"
+                error = f"job timed out after {timeout_s:g}s ({param})"
                 self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return Outcome("retry", error)
             return ACK

@@ -16,7 +16,10 @@ forward. No event loop: the book is synchronous. After every step:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import hypothesis.strategies as st
 from hypothesis import settings
@@ -51,6 +54,9 @@ class BookMachine(RuleBasedStateMachine):
     claims = Bundle("claims")
     prefetch = 0
 
+    #: R12: the per-queue caps (none in the plain machines).
+    caps: ClassVar[Mapping[str, int]] = MappingProxyType({})
+
     def __init__(self) -> None:
         super().__init__()
         self.concurrency = 4
@@ -60,6 +66,7 @@ class BookMachine(RuleBasedStateMachine):
             claim_batch_max=3,
             heartbeat_interval_s=None,
             prefetch=self.prefetch,
+            queue_concurrency=self.caps,
         )
         self.now = 0.0
         self.next_id = 1
@@ -224,6 +231,18 @@ class BookMachine(RuleBasedStateMachine):
                 assert self.book.claim_size(queue) is None
                 assert self.book.fused_claim_size(queue, 1) == 0
 
+    @invariant()
+    def r12_the_caps_hold_and_a_capped_queue_starves_none(self):
+        book = self.book
+        for queue, cap in self.caps.items():
+            held = sum(claim.queue == queue for claim in book.claims)
+            assert book.held[queue] == held <= cap
+        # R12.3: a woken uncapped queue is claimed from whenever a slot is free.
+        uncapped = [q for q in QUEUES if q not in self.caps and q in book.woken]
+        if uncapped and book.free > 0 and not book.stopping:
+            assert book.wants_claim()
+            assert all(book.claim_size(q) == min(book.free, book.claim_batch_max) for q in uncapped)
+
 
 BookMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
 TestBookMachine = BookMachine.TestCase
@@ -237,3 +256,16 @@ class PrefetchBookMachine(BookMachine):
 
 PrefetchBookMachine.TestCase.settings = BookMachine.TestCase.settings
 TestPrefetchBookMachine = PrefetchBookMachine.TestCase
+
+
+class CappedBookMachine(BookMachine):
+    """R12: queue "a" capped at 2 of 4 slots, with prefetch (the caps bound it too)."""
+
+    prefetch = 2
+    caps: ClassVar[Mapping[str, int]] = MappingProxyType({"a": 2})
+
+
+CappedBookMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None
+)
+TestCappedBookMachine = CappedBookMachine.TestCase

@@ -307,3 +307,61 @@ def test_r7_open_scopes_are_those_still_able_to_run():
     running, finished = claim_and_start(b, 2)
     b.finished(finished, ACK)
     assert b.open_scopes() == [running]
+
+
+# --- R12 per-queue caps ----------------------------------------------------------------
+
+
+def capped(caps, queues=("a", "b"), concurrency=10, prefetch=0):
+    return ClaimBook(
+        queues,
+        concurrency=concurrency,
+        claim_batch_max=100,
+        heartbeat_interval_s=None,
+        prefetch=prefetch,
+        queue_concurrency=caps,
+    )
+
+
+def test_r12_2_a_claim_is_sized_by_the_queues_free_slots_and_the_workers():
+    b = capped({"a": 3})
+    assert b.claim_size("a") == 3
+    assert b.claim_size("b") == 10
+    claim_and_start(b, 2, "a")
+    assert b.claim_size("a") == 1
+    assert b.claim_size("b") == 8
+    claim_and_start(b, 1, "a")
+    assert b.claim_size("a") == 0  # at its cap: skipped, the round goes on
+    assert b.claim_size("b") == 7
+
+
+def test_r12_3_a_capped_queue_at_its_cap_takes_no_share_and_starves_none():
+    b = capped({"a": 2}, concurrency=4)
+    running_a = claim_and_start(b, 2, "a")
+    running_b = claim_and_start(b, 2, "b")
+    assert b.wants_claim() is False  # no free slot at all
+    for claim in running_b:
+        assert finish(b, claim) is Verdict.SEND
+    # b's two acks free two slots; a is woken but at its cap: b's share is all of them.
+    assert b.fused_claim_size("b", 2) == 2
+    for claim in running_b:
+        b.settled(claim, True)
+    assert b.wants_claim() is True
+    assert b.claim_size("a") == 0
+    assert b.claim_size("b") == 2
+    # Only a woken, at its cap: nothing to claim (and no spinning on it).
+    b.woken.discard("b")
+    assert b.wants_claim() is False
+    # An ack of a frees a slot of a: its fused claim asks for it.
+    assert finish(b, running_a[0]) is Verdict.SEND
+    assert b.fused_claim_size("a", 1) == 1
+
+
+def test_r12_4_prefetch_never_holds_a_capped_queue_beyond_its_cap():
+    b = capped({"a": 2}, concurrency=2, prefetch=4)
+    assert b.next_pipelined_claim() == ("a", 2)
+    b.claim_answered()
+    b.claimed("a", handles(2, "a"), 2, sent_at=0.0, now=0.0)
+    assert b.next_pipelined_claim() == ("b", 4)  # the total's prefetch goes to b
+    b.claim_answered()
+    assert b.held == {"a": 2}
