@@ -7,7 +7,6 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._core import UNSET, QueueLimits
 from ._args import EXIT_OK, HelpFormatter, epilog, queue_name
 from ._operator import add_command, operator_store
 from ._output import age, say, table
@@ -15,7 +14,7 @@ from ._output import age, say, table
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .._core import QueueStats
+    from .._core import QueueLimits, QueueStats
 
 
 def add_parser(
@@ -147,21 +146,26 @@ async def list_queues(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _count_or_none(text: str) -> int | None:
+#: What ``--max-running none`` and ``--rate none`` parse to: clear the limit (a flag left
+#: out is ``None``: keep it).
+CLEAR = "none"
+
+
+def _count_or_none(text: str) -> int | str:
     """``--max-running``: an int (the library checks its range) or ``none``."""
-    if text.lower() == "none":
-        return None
+    if text.lower() == CLEAR:
+        return CLEAR
     try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {text!r}") from None
 
 
-def _rate_or_none(text: str) -> float | None:
+def _rate_or_none(text: str) -> float | str:
     """``--rate``: jobs a second, as ``50/s`` or ``50`` (the library checks it), or
     ``none``."""
-    if text.lower() == "none":
-        return None
+    if text.lower() == CLEAR:
+        return CLEAR
     number = text[:-2] if text.endswith("/s") else text
     try:
         return float(number)
@@ -201,21 +205,21 @@ def _add_limits(
         "--max-running",
         metavar="N|none",
         type=_count_or_none,
-        default=UNSET,
+        default=None,
         help="at most N jobs of the queue processing at once, fleet-wide",
     )
     limits.add_argument(
         "--rate",
         metavar="R/s|none",
         type=_rate_or_none,
-        default=UNSET,
+        default=None,
         help="at most burst + R*t jobs started in any t seconds, fleet-wide",
     )
     limits.add_argument(
         "--burst",
         metavar="B",
         type=int,
-        default=UNSET,
+        default=None,
         help="the rate limit's burst (needs a rate; default max(1, ceil(R)))",
     )
     limits.add_argument("--json", action="store_true", help="print the limits as JSON")
@@ -254,13 +258,13 @@ def limits_json(entry: QueueStats | None) -> dict[str, Any]:
 
 async def queue_limits(args: argparse.Namespace) -> int:
     changes = {
-        name: value
+        name: None if value == CLEAR else value
         for name, value in (
             ("max_running", args.max_running),
             ("rate_per_s", args.rate),
             ("burst", args.burst),
         )
-        if value is not UNSET
+        if value is not None
     }
     async with operator_store(args) as store:
         queue = store.queue(args.queue)
