@@ -459,6 +459,9 @@ class _Readings:
     duration_s: float | None = None
 
 
+_DURATION_HELP: Final = "Seconds the last reading took."
+
+
 @final
 class StoreStatsMetrics:
     """Queue depths and store-wide totals for Prometheus, read with :meth:`Store.stats`
@@ -692,9 +695,7 @@ class StoreStatsMetrics:
             "Readings of the store's stats that failed.",
             value=readings.failures,
         )
-        duration = GaugeMetricFamily(
-            name("queue_stats_duration_seconds"), "Seconds the last reading took."
-        )
+        duration = GaugeMetricFamily(name("queue_stats_duration_seconds"), _DURATION_HELP)
         stats = readings.last
         if stats is not None:
             for queue, entry in self._entries(stats):

@@ -403,7 +403,6 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         "claim_limited": [
             ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10}),
         ],
-        "limits_due": [("one queue", {"queue": QUEUE})],
         "wake": [("one queue", {"channel": _sql.wake_channel(data.schema, QUEUE)})],
         # Q15: the keyed enqueue's two statements.
         "lock_unique_keys": [("two keys", {"locks": ["alkstore/emails/a", "alkstore/emails/b"]})],

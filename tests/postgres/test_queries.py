@@ -89,12 +89,12 @@ FRAGMENT_USERS = {
     "claim_gate": {"claim", "ack_claims_and_claim"},  # Q18
     "claim_candidates": {"claim", "ack_claims_and_claim", "claim_limited"},
     "claim_update": {"claim", "ack_claims_and_claim", "claim_limited"},
-    "limit_state": {"claim_limited", "limits_due"},  # Q18.7-Q18.9
+    "limit_state": {"claim_limited", "next_due"},  # Q18.7-Q18.9
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
     # the core's, not queries.sql's:
-    "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "limits_due"},
+    "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "next_due"},
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
 }  # fmt: skip
 
@@ -153,7 +153,7 @@ CONTRACT_WORDS = {
     "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip
 CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
-CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "limits_due", "wake"}  # Q18.7-
+CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 
 
 def test_queries_statements_are_named_after_the_contract():

@@ -345,13 +345,10 @@ class PostgresEngine:
 
     # Q16 / R11
     async def next_due_in_s(self, queue: str) -> float | None:
-        ((seconds,),) = await self._run("next_due", {"queue": queue})
+        ((seconds, *waits),) = await self._run("next_due", {"queue": queue})
         due = None if seconds is None else float(seconds)
-        if queue not in self._limited:
-            return due
-        # Q18.9: a limited queue's claimable jobs are due when a limit lets them out.
-        rows = await self._run("limits_due", {"queue": queue})
-        wait = _limited.due_in_s(rows[0] if rows else None)
+        # Q18.9: a limited queue's ready jobs are due when its limits let one out.
+        wait = _limited.due_in_s(waits)
         return due if wait is None else wait if due is None else min(due, wait)
 
     # -- the operator path -------------------------------------------------------------

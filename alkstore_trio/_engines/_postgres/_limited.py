@@ -67,10 +67,9 @@ async def claim(
     return acked, jobs, limited
 
 
-def due_in_s(row: Sequence[Any] | None) -> float | None:
-    """Q18.9 (R11): a ``limits_due`` row as the seconds until a limit lets a job out
-    (both the next token and a free slot, when both are needed), or ``None``."""
-    if row is None:
-        return None
+def due_in_s(row: Sequence[Any]) -> float | None:
+    """Q18.9 (R11): the limits' columns of a ``next_due`` row as the seconds until a
+    limit lets a job out (both the next token and a free slot, when both are needed), or
+    ``None``."""
     waits = [float(value) for value in row if value is not None]
     return max(0.0, *waits) if waits else None

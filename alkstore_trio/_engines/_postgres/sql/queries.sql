@@ -116,8 +116,8 @@ ON CONFLICT (queue, shard) DO UPDATE SET
 -- marker row, so the engine claims again with claim_limited (and goes on doing so).
 gate AS MATERIALIZED (
     SELECT
-        NOT coalesce(bool_or(k.paused OR k.limited), false) AS open,
-        coalesce(bool_or(k.limited), false) AS limited
+        NOT coalesce(pg_catalog.bool_or(k.paused OR k.limited), false) AS open,
+        coalesce(pg_catalog.bool_or(k.limited), false) AS limited
     FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text
 )
 
@@ -673,7 +673,11 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken);
 -- Q16 (next_due_in_s): the seconds from now until the earliest run_at later than now of
 -- this queue's pending rows (NULL: none). A loose scan of the claim index: one probe per
 -- distinct priority of the queue's pending rows, then, per priority, one probe for its
--- first run_at after now; never a walk of the queue's rows.
+-- first run_at after now; never a walk of the queue's rows. Q18.9: then, for a limited
+-- queue with a ready job (one probe of the claim index), the seconds until its bucket
+-- holds a whole token (NULL: it does, or no rate) and, when every slot of max_running is
+-- taken, until its earliest live lease lapses (NULL: a slot is free, or no max_running);
+-- the engine waits for both. A queue without a control row reads nothing more.
 WITH RECURSIVE priorities (priority) AS (
     (SELECT j.priority FROM @schema@.jobs AS j
      WHERE j.queue = %(queue)s::text AND j.state = 'pending'
@@ -684,15 +688,42 @@ WITH RECURSIVE priorities (priority) AS (
                 AND j.priority < p.priority
             ORDER BY j.priority DESC LIMIT 1)
     FROM priorities AS p WHERE p.priority IS NOT NULL
+),
+delayed AS (
+    SELECT pg_catalog.date_part('epoch', min(n.run_at) - @schema@.alk_now()) AS s
+    FROM priorities AS p
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.priority = p.priority
+            AND j.run_at > @schema@.alk_now()
+        ORDER BY j.run_at LIMIT 1
+    ) AS n
+),
+control AS MATERIALIZED (
+    {limit_state}
+),
+waits AS (
+    SELECT
+        CASE WHEN c.tokens < 1 THEN (1 - c.tokens) / c.rate_per_s END AS token_s,
+        CASE WHEN c.live >= c.max_running THEN (
+            SELECT pg_catalog.date_part('epoch', min(j.claim_expires_at) - @schema@.alk_now())
+            FROM @schema@.jobs AS j
+            WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+                AND j.claim_expires_at >= @schema@.alk_now()
+        ) END AS lease_s
+    FROM control AS c
+    WHERE (c.max_running IS NOT NULL OR c.rate_per_s IS NOT NULL) AND (
+        -- The first ready job in claim order: a probe of the claim index (not EXISTS,
+        -- which would drop the order and let the planner scan for any ready row).
+        SELECT true FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'pending'
+            AND j.run_at <= @schema@.alk_now()
+            AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        ORDER BY {claim_order(alias = j)}
+        LIMIT 1
+    )
 )
-SELECT pg_catalog.date_part('epoch', min(n.run_at) - @schema@.alk_now())
-FROM priorities AS p
-CROSS JOIN LATERAL (
-    SELECT j.run_at FROM @schema@.jobs AS j
-    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.priority = p.priority
-        AND j.run_at > @schema@.alk_now()
-    ORDER BY j.run_at LIMIT 1
-) AS n;
+SELECT d.s, w.token_s, w.lease_s FROM delayed AS d LEFT JOIN waits AS w ON true;
 
 -- name: schema_version
 SELECT version FROM @schema@.alk_schema_version;
@@ -1015,33 +1046,6 @@ bucket AS (
     WHERE k.queue = %(queue)s::text
 )
 SELECT * FROM claimed;
-
--- name: limits_due
--- Q18.9 (R11 for a limited queue): when the queue has a claimable job, the seconds until
--- the bucket holds a whole token (NULL: it does, or no rate) and, when every slot of
--- max_running is taken, until the earliest live lease lapses (NULL: a slot is free, or
--- no max_running). No row: nothing is claimable now.
-WITH control AS MATERIALIZED (
-    {limit_state}
-)
-SELECT
-    CASE WHEN c.tokens < 1 THEN (1 - c.tokens) / c.rate_per_s END,
-    CASE WHEN c.live >= c.max_running THEN (
-        SELECT pg_catalog.date_part('epoch', min(j.claim_expires_at) - @schema@.alk_now())
-        FROM @schema@.jobs AS j
-        WHERE j.queue = %(queue)s::text AND j.state = 'processing'
-            AND j.claim_expires_at >= @schema@.alk_now()
-    ) END
-FROM control AS c
-WHERE (
-    -- The first ready job in claim order: a probe of the claim index (not EXISTS, which
-    -- would drop the order and let the planner scan the table for any ready row).
-    SELECT true FROM @schema@.jobs AS j
-    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
-        AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-    ORDER BY {claim_order(alias = j)}
-    LIMIT 1
-);
 
 -- name: set_limits
 -- Q18.8: the queue's limits (NULL: none), in the pause's transaction (set_paused: the
