@@ -1,5 +1,5 @@
 """Limit a queue fleet-wide: how many of its jobs run at once, and how fast they start
-(Q18.7-Q18.10).
+(Q18.7-Q18.11).
 
 A downstream API allows 3 calls in flight and about 20 calls a second. The worker has
 room for 10 jobs at once, but ``set_limits`` caps the ``api-calls`` queue in the store:

@@ -1,4 +1,4 @@
-"""Q18.7-Q18.10: a queue's fleet-wide limits, as records and pure rules.
+"""Q18.7-Q18.11: a queue's fleet-wide limits, as records and pure rules.
 
 Why in the core: every engine enforces the same arithmetic inside its claim (the
 in-memory engine and the reference model call these functions; the PostgreSQL claim
@@ -124,7 +124,7 @@ def _check_rate(value: object) -> float | None:
 
 
 def check_limit_args(max_running: object, rate_per_s: object, burst: object) -> None:
-    """Q18.8: each ``set_limits`` argument on its own (:data:`UNSET` passes), and at
+    """Q18.11: each ``set_limits`` argument on its own (:data:`UNSET` passes), and at
     least one given; :func:`merged_limits` then checks them together."""
     if max_running is UNSET and rate_per_s is UNSET and burst is UNSET:
         raise InvalidArgument(
@@ -146,7 +146,7 @@ def merged_limits(
     rate_per_s: object = UNSET,
     burst: object = UNSET,
 ) -> QueueLimits:
-    """Q18.8's validation: the limits after a ``set_limits`` call on ``current``.
+    """Q18.11's validation: the limits after a ``set_limits`` call on ``current``.
 
     An argument left out (:data:`UNSET`) keeps its value; ``None`` clears it. A new
     ``rate_per_s`` without a ``burst`` gets :func:`default_burst`; a ``burst`` needs a

@@ -610,7 +610,7 @@ class Queue:
         return limits
 
     async def limits(self) -> QueueLimits:
-        """This queue's limits (Q18.8): every field ``None`` when it has none.
+        """This queue's limits (Q18.11): every field ``None`` when it has none.
 
         Raises:
             StoreClosed: the store is closed.

@@ -729,7 +729,7 @@ class StoreStatsMetrics:
         ]
 
     def _limit_families(self, stats: StoreStats | None) -> list[Metric]:
-        """Q18.7-Q18.10: the limit values (a sample per limit that is set) and the
+        """Q18.7-Q18.11: the limit values (a sample per limit that is set) and the
         throttle counts of every exported queue."""
         limit = GaugeMetricFamily(
             self._prefix + "queue_limit",

@@ -39,7 +39,7 @@ from .._core import (
     StoreStats,
     SweepResult,
 )
-from ._model_limits import ModelLimits  # Q18.7-Q18.10
+from ._model_limits import ModelLimits  # Q18.7-Q18.11
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
 
@@ -119,7 +119,7 @@ class ReferenceModel:
         self._finished: dict[str, Counter[str]] = {}
         #: Q17: the periodic schedules' rows (``fire``/``list``: Q17.2-Q17.6).
         self.periodic = PeriodicModel()
-        #: Q18: the paused queues, and the queues' limits (Q18.7-Q18.10).
+        #: Q18: the paused queues, and the queues' limits (Q18.7-Q18.11).
         self._paused: set[str] = set()
         self.limits = ModelLimits()
         #: Q15: per (queue, key), the end of its window and the job that opened it.
@@ -352,7 +352,7 @@ class ReferenceModel:
 
     # Q18: queue controls.
     def set_limits(self, queue: str, limits: QueueLimits, *, refill: bool, now: datetime) -> None:
-        """Q18.8: the queue's limits from now on (``refill``: the bucket starts full)."""
+        """Q18.11: the queue's limits from now on (``refill``: the bucket starts full)."""
         self.limits.update(queue, limits, refill, now)
 
     def set_paused(self, queue: str, paused: bool) -> None:

@@ -1,4 +1,4 @@
-"""The reference model's queue limits (Q18.7-Q18.10), as plainly as the rules read.
+"""The reference model's queue limits (Q18.7-Q18.11), as plainly as the rules read.
 
 Each limited queue keeps its :class:`~alkstore_trio.QueueLimits`, its token bucket
 (tokens at ``refilled_at``) and its throttle counts. The model's claim asks
@@ -32,7 +32,7 @@ class ModelLimits:
         self._buckets: dict[str, _Bucket] = {}
 
     def update(self, queue: str, limits: QueueLimits, refill: bool, now: datetime) -> None:
-        """Q18.8: new limits; the bucket starts full when ``refill`` or it had no rate,
+        """Q18.11: new limits; the bucket starts full when ``refill`` or it had no rate,
         else keeps its tokens (refilled to now at the old rate)."""
         bucket = self._buckets.get(queue)
         if bucket is None:

@@ -76,7 +76,7 @@ def _claim_batch(pg_dsn: str, schema: str, queue: str, n: int, enqueue: int = 0)
     return trio.run(go)
 
 
-def test_q18_8_queue_limits_sets_shows_and_clears(cli, pg_dsn, schema):
+def test_q18_11_queue_limits_sets_shows_and_clears(cli, pg_dsn, schema):
     status, out, _ = cli("queue", "limits", "api")
     assert status == EXIT_OK
     assert out.strip() == "queue 'api' limits: none"
@@ -107,7 +107,7 @@ def test_q18_8_queue_limits_sets_shows_and_clears(cli, pg_dsn, schema):
     assert _claim_batch(pg_dsn, schema, "api", 10) == 1
 
 
-def test_q18_8_queue_limits_refuses_bad_values_without_effect(cli):
+def test_q18_11_queue_limits_refuses_bad_values_without_effect(cli):
     for argv in (
         ["--max-running", "0"],
         ["--max-running", "many"],

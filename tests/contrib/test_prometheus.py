@@ -963,7 +963,7 @@ async def test_q18_the_paused_gauge_follows_pause_and_resume(autojump_clock, sto
 
 
 async def test_q18_10_limits_are_gauges_and_throttled_claims_a_counter(autojump_clock, store):
-    # Q18.7-Q18.10: a sample per limit that is set; throttled claims by limit.
+    # Q18.7-Q18.11: a sample per limit that is set; throttled claims by limit.
     api = store.queue("api")
     await api.enqueue_many([b"x"] * 3)
     await api.set_limits(max_running=1, rate_per_s=5)

@@ -385,7 +385,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             )
             for paused in (True, False)
         ],
-        # Q18.7-Q18.10: queue limits.
+        # Q18.7-Q18.11: queue limits.
         "set_limits": [
             (
                 "a limit and a rate",

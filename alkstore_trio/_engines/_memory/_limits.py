@@ -1,4 +1,4 @@
-"""Q18.7-Q18.10 in memory: each limited queue's limits, token bucket and throttle counts.
+"""Q18.7-Q18.11 in memory: each limited queue's limits, token bucket and throttle counts.
 
 The table asks :class:`LimitBook` what a claim may hand out (:meth:`LimitBook.allowance`)
 and tells it what the claim did (:meth:`LimitBook.claimed`), inside the claim's one
@@ -35,7 +35,7 @@ class LimitBook:
         self._queues: dict[str, _State] = {}
 
     def set(self, queue: str, limits: QueueLimits, refill: bool, now: datetime) -> None:
-        """Q18.8: the queue's new limits; ``refill`` starts its bucket full (Q18.9)."""
+        """Q18.11: the queue's new limits; ``refill`` starts its bucket full (Q18.9)."""
         state = self._queues.get(queue)
         if state is None:
             self._queues[queue] = _State(limits, now)

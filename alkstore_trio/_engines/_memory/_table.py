@@ -127,7 +127,7 @@ class JobTable:
         self._finished: dict[str, _Finished] = {}
         self._next_id = 1
         self._latest_now: datetime | None = None
-        #: Q18: the paused queues, and every queue's limits (Q18.7-Q18.10).
+        #: Q18: the paused queues, and every queue's limits (Q18.7-Q18.11).
         self._paused: set[str] = set()
         self.limits = LimitBook()
         # Q15: the live row of each key, each key's window, the keys held by open
@@ -352,7 +352,7 @@ class JobTable:
         return None if not leases else (min(leases) - now).total_seconds()
 
     def set_limits(self, queue: str, limits: QueueLimits, refill: bool, now: datetime) -> None:
-        """Q18.8: the queue's new limits (one transition)."""
+        """Q18.11: the queue's new limits (one transition)."""
         self._observe(now)
         self.limits.set(queue, limits, refill, now)
 

@@ -1,4 +1,4 @@
-"""Q18.7-Q18.10 on PostgreSQL: the claims of a limited queue.
+"""Q18.7-Q18.11 on PostgreSQL: the claims of a limited queue.
 
 Why a path of its own. A limit is a count over the whole fleet's leases, so a claim must
 count them after every earlier claim of the queue committed, and no later claim may

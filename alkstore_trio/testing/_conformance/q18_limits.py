@@ -1,4 +1,4 @@
-"""Q18.7-Q18.10 queue limits: the global limit on running jobs, the setting and reading
+"""Q18.7-Q18.11 queue limits: the global limit on running jobs, the setting and reading
 of limits and their validation, the rate limit's token bucket, the throttle counts in
 stats, and the wakes that free slots send."""
 
@@ -49,8 +49,8 @@ async def q18_7_max_running_caps_the_live_leases_of_every_claim(harness: EngineH
 
 
 @_check
-async def q18_8_set_limits_merges_and_limits_reads_them(harness: EngineHarness) -> None:
-    """Q18.8: an argument left out keeps its value, None clears it; a rate without a
+async def q18_11_set_limits_merges_and_limits_reads_them(harness: EngineHarness) -> None:
+    """Q18.11: an argument left out keeps its value, None clears it; a rate without a
     burst gets max(1, ceil(rate)); limits() reads them back (all None: no limits)."""
     async with harness.open_store() as store:
         queue = store.queue("limit-merge")
@@ -71,8 +71,8 @@ async def q18_8_set_limits_merges_and_limits_reads_them(harness: EngineHarness) 
 
 
 @_check
-async def q18_8_bad_limits_raise_and_change_nothing(harness: EngineHarness) -> None:
-    """Q18.8: no argument, max_running or burst not an int from 1 (bools too), a rate
+async def q18_11_bad_limits_raise_and_change_nothing(harness: EngineHarness) -> None:
+    """Q18.11: no argument, max_running or burst not an int from 1 (bools too), a rate
     not a finite number > 0, a burst without a rate: InvalidArgument, nothing changed."""
     async with harness.open_store() as store:
         queue = store.queue("limit-bad")

@@ -68,7 +68,7 @@ def draw_control(draw: st.DrawFn, queue: str) -> _Step:
 
 
 async def apply_set_limits(run: _Run, step: SetLimits, now: datetime) -> object:
-    """Q18.8: set the limits on both (the model merges them as the core does); the
+    """Q18.11: set the limits on both (the model merges them as the core does); the
     result and both stats of the queue agree."""
     from ._run import _agree  # _run imports this module: imported when used
 

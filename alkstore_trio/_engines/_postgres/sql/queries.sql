@@ -958,7 +958,7 @@ WITH control AS (
 )
 SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused;
 
--- Q18.7-Q18.10 queue limits. A limited queue's claims run as one transaction of their own
+-- Q18.7-Q18.11 queue limits. A limited queue's claims run as one transaction of their own
 -- (the engine's _limited.py): its barrier (the jobs table in ROW EXCLUSIVE mode), lock_limits, ack_claims when the claim
 -- acks first, then claim_limited. READ COMMITTED gives each statement a snapshot of its
 -- own, taken when it starts: a statement that waited for the control row's lock would
@@ -1048,7 +1048,7 @@ bucket AS (
 SELECT * FROM claimed;
 
 -- name: set_limits
--- Q18.8: the queue's limits (NULL: none), in the pause's transaction (set_paused: the
+-- Q18.11: the queue's limits (NULL: none), in the pause's transaction (set_paused: the
 -- jobs table in SHARE mode first, so every claim after it sees the new limits). With
 -- `refill`, or when the queue had no rate, the bucket starts full (tokens = burst);
 -- else it keeps its tokens, refilled to now at the old rate. The queue is woken (NOTIFY,

@@ -139,7 +139,7 @@ CREATE TABLE @schema@.periodic (
 -- saw the queue open and commit first), and a claim that comes later waits for the
 -- pause's commit and then takes a snapshot that sees the flag.
 --
--- Q18.7-Q18.10: the limits are more columns of the row: max_running, the rate limit's
+-- Q18.7-Q18.11: the limits are more columns of the row: max_running, the rate limit's
 -- token bucket (rate_per_s, burst, and the tokens it held at refilled_at), and how many
 -- claims each limit throttled. `limited` says whether any limit is set: the fast claim
 -- statements read it with `paused` and hand out nothing from a limited queue; the engine

@@ -1,4 +1,4 @@
--- Migration 7: queue limits (Q18.7-Q18.10). The schema placeholder is replaced by the
+-- Migration 7: queue limits (Q18.7-Q18.11). The schema placeholder is replaced by the
 -- quoted schema name.
 
 -- A queue's limits are more columns of its control row: max_running (Q18.7), the rate
