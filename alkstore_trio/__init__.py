@@ -32,10 +32,12 @@ from ._core import Periodic as Periodic
 from ._core import PeriodicFired as PeriodicFired
 from ._core import PeriodicInfo as PeriodicInfo
 from ._core import PeriodicTick as PeriodicTick
+from ._core import QueueLimits as QueueLimits
 from ._core import QueueOpts as QueueOpts
 from ._core import QueueStats as QueueStats
 from ._core import StoreStats as StoreStats
 from ._core import SweepResult as SweepResult
+from ._core import Throttled as Throttled
 from ._engines._wake import WakeListener as WakeListener
 from ._errors import AlkstoreError as AlkstoreError
 from ._errors import EngineError as EngineError

@@ -13,12 +13,13 @@ import trio
 from ._args import EXIT_OK, int_in, positive_seconds, queue_name
 from ._operator import add_command, operator_store
 from ._output import age, iso, say, table
+from .queue import limits_json, limits_text
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
 
-    from .._core import StoreStats
+    from .._core import QueueStats, StoreStats
 
 #: Terminal control: cursor home, then clear to the end of the screen.
 _HOME_AND_CLEAR: Final = "\x1b[H\x1b[J"
@@ -141,6 +142,16 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _limits_lines(entries: list[QueueStats]) -> list[str]:
+    """Q18.10: one line per queue with limits or throttled claims."""
+    return [
+        f"limits of {e.queue}: {limits_text(e.limits)}; claims throttled: "
+        f"{e.throttled.running} by max running, {e.throttled.rate} by the rate"
+        for e in entries
+        if e.limits is not None or e.throttled.total
+    ]
+
+
 def _stats_lines(
     stats: StoreStats,
     queue: str | None,
@@ -174,6 +185,7 @@ def _stats_lines(
                 row += [_rate(queue_rates.get("finished")), _rate(queue_rates.get("dead_lettered"))]
             align += "rr"
         lines += table(header, rows, align)
+        lines += _limits_lines(entries)
     if watch:
         if rates is None:
             lines.append("finished per minute (acked + dead-lettered): measuring…")
@@ -209,6 +221,7 @@ def _stats_json(
                 {
                     "queue": e.queue,
                     "paused": e.paused,  # Q18
+                    **limits_json(e),  # Q18.10
                     "pending_ready": e.pending_ready,
                     "pending_delayed": e.pending_delayed,
                     "processing": e.processing,

@@ -9,6 +9,11 @@ engine's index itself lives with that engine, in ``_engines._memory``.
 """
 
 # Q17 periodic jobs
+# Q18.7-Q18.11 queue limits
+from ._limits import NO_LIMITS as NO_LIMITS
+from ._limits import UNSET as UNSET
+from ._limits import QueueLimits as QueueLimits
+from ._limits import Throttled as Throttled
 from ._periodic import Periodic as Periodic
 from ._periodic import PeriodicFired as PeriodicFired
 from ._periodic import PeriodicInfo as PeriodicInfo

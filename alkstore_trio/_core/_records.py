@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple, TypeAlias, final
 
 from .._errors import InvalidArgument
 from . import _validate as v
+from ._limits import NOT_THROTTLED, QueueLimits, Throttled
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -184,6 +185,11 @@ class QueueStats:
         cancelled_total: Live jobs of the queue cancelled so far (D27).
         paused: Q18: the queue is paused (:meth:`Queue.pause`): no claim hands out its
             jobs until :meth:`Queue.resume`.
+        limits: Q18.10: the queue's limits (:meth:`Queue.set_limits`), or ``None`` when
+            it has none.
+        throttled: Q18.10: how many claims of the queue each limit throttled so far
+            (on PostgreSQL since its first limit was set, in memory since the store
+            opened).
 
     The three ``*_total`` counters only grow: on PostgreSQL since the schema got its
     counters (migration 2), in memory since the store opened. Two readings give rates
@@ -204,6 +210,8 @@ class QueueStats:
     cancelled_total: int
     # Q18: queue controls.
     paused: bool = False
+    limits: QueueLimits | None = None
+    throttled: Throttled = NOT_THROTTLED
 
     @property
     def live(self) -> int:

@@ -15,7 +15,15 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
-    from .._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core import (
+        Enqueued,
+        EnqueueSpec,
+        Job,
+        JobState,
+        QueueLimits,
+        StoreStats,
+        SweepResult,
+    )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
     from ._wake import WakeListener
@@ -146,3 +154,6 @@ class ForwardingEngine:
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:
         await self.inner.set_paused(queue, paused)
+
+    async def set_limits(self, queue: str, limits: QueueLimits, refill: bool) -> None:
+        await self.inner.set_limits(queue, limits, refill)

@@ -27,7 +27,15 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
-    from .._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from .._core import (
+        Enqueued,
+        EnqueueSpec,
+        Job,
+        JobState,
+        QueueLimits,
+        StoreStats,
+        SweepResult,
+    )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._wake import WakeListener
 
@@ -231,6 +239,15 @@ class OperatorPath(Protocol):
         returns after a pause, no claim of the queue hands out a job until a resume: any
         claim still in flight when the pause began has finished. A resume wakes the
         queue."""
+        ...
+
+    async def set_limits(self, queue: str, limits: QueueLimits, refill: bool) -> None:
+        """Q18.7-Q18.9: the queue's limits from now on, persistently (no limit set:
+        :data:`~alkstore_trio.QueueLimits` with every field ``None``). When it returns,
+        every claim of the queue obeys them: as for a pause, claims in flight have
+        finished first. ``refill`` starts the rate limit's token bucket full (else it
+        keeps its tokens). The queue is woken. The limits and the throttle counts are
+        read back through :meth:`stats` (``QueueStats.limits``, ``.throttled``)."""
         ...
 
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from .._core import Enqueued, Job, JobState, QueueOpts, SweepResult
+from .._core import NO_LIMITS, UNSET, Enqueued, Job, JobState, QueueLimits, QueueOpts, SweepResult
 from .._core import _validate as v
+from .._core._limits import _Unset, check_limit_args, merged_limits, refills
 from .._core._reschedule import check_reschedule
 from .._engines._protocol import Claim, FailItem
 from .._errors import InvalidArgument
@@ -564,6 +565,60 @@ class Queue:
         """
         self._store._check_open()
         await self._engine.set_paused(self._name, False)
+
+    async def set_limits(
+        self,
+        *,
+        max_running: int | _Unset | None = UNSET,
+        rate_per_s: float | _Unset | None = UNSET,
+        burst: int | _Unset | None = UNSET,
+    ) -> QueueLimits:
+        """Limit this queue across every process of the store (Q18.7-Q18.9),
+        persistently; each argument left out keeps its current value, ``None`` clears it.
+
+        Example::
+
+            # At most 5 jobs running fleet-wide, and at most 10 started a second.
+            await store.queue("payments").set_limits(max_running=5, rate_per_s=10)
+
+        Once it returns, every claim anywhere (``claim_one``, ``claim_batch``, the claim of
+        ``ack_handles_and_claim``, a worker's claims) obeys the new limits, and the queue
+        is woken. Jobs already running keep running.
+
+        Args:
+            max_running: At most this many jobs of the queue processing under an
+                unexpired lease at once (an int from 1; a lapsed lease stops counting
+                when it lapses).
+            rate_per_s: Claims hand out at most ``burst + rate_per_s * t`` jobs in any
+                window of ``t`` seconds (a number > 0), on the store's clock.
+            burst: The token bucket's size (an int from 1; only with a rate). A new rate
+                without one gets ``max(1, ceil(rate_per_s))``. A call that gives
+                ``rate_per_s`` or ``burst`` starts the bucket full.
+
+        Returns:
+            The queue's limits from now on.
+
+        Raises:
+            InvalidArgument: no argument, or a bad value (nothing changed).
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        check_limit_args(max_running, rate_per_s, burst)
+        current = await self.limits()
+        limits = merged_limits(current, max_running=max_running, rate_per_s=rate_per_s, burst=burst)
+        await self._engine.set_limits(self._name, limits, refills(rate_per_s, burst))
+        return limits
+
+    async def limits(self) -> QueueLimits:
+        """This queue's limits (Q18.11): every field ``None`` when it has none.
+
+        Raises:
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        stats = await self._engine.stats(self._name)
+        entry = stats.queue(self._name)
+        return NO_LIMITS if entry is None or entry.limits is None else entry.limits
 
     async def get_job(self, job_id: int) -> Job | None:
         """Read this queue's job, live or dead (Q8); ``None`` if there is none."""

@@ -71,6 +71,10 @@ the first six):
   ``processing``, ``dead``; the four add up to every row of the queue (gauge)
 - ``alkstore_queue_jobs_reclaimable``: the processing jobs whose claim lapsed (gauge)
 - ``alkstore_queue_paused``: 1 while the queue is paused (Q18), else 0 (gauge)
+- ``alkstore_queue_limit``: the queue's limits by ``limit``: ``max_running``,
+  ``rate_per_s`` and ``burst`` (Q18.7-Q18.9); a limit not set has no sample (gauge)
+- ``alkstore_queue_throttled_total``: claims of the queue that a limit held back, by
+  ``limit``: ``running`` or ``rate`` (counter, Q18.10)
 - ``alkstore_queue_oldest_ready_age_seconds``: how long the longest-waiting ready job
   has been claimable, 0 when none is (gauge)
 - ``alkstore_queue_acked_total``: jobs of the queue acked (counter, D27)
@@ -455,6 +459,9 @@ class _Readings:
     duration_s: float | None = None
 
 
+_DURATION_HELP: Final = "Seconds the last reading took."
+
+
 @final
 class StoreStatsMetrics:
     """Queue depths and store-wide totals for Prometheus, read with :meth:`Store.stats`
@@ -688,9 +695,7 @@ class StoreStatsMetrics:
             "Readings of the store's stats that failed.",
             value=readings.failures,
         )
-        duration = GaugeMetricFamily(
-            name("queue_stats_duration_seconds"), "Seconds the last reading took."
-        )
+        duration = GaugeMetricFamily(name("queue_stats_duration_seconds"), _DURATION_HELP)
         stats = readings.last
         if stats is not None:
             for queue, entry in self._entries(stats):
@@ -713,6 +718,7 @@ class StoreStatsMetrics:
             reclaimable,
             oldest,
             paused,
+            *self._limit_families(stats),
             *(family for family, _ in totals),
             issued,
             removed,
@@ -721,6 +727,31 @@ class StoreStatsMetrics:
             failures,
             duration,
         ]
+
+    def _limit_families(self, stats: StoreStats | None) -> list[Metric]:
+        """Q18.7-Q18.11: the limit values (a sample per limit that is set) and the
+        throttle counts of every exported queue."""
+        limit = GaugeMetricFamily(
+            self._prefix + "queue_limit",
+            "The queue's limits: max_running, rate_per_s and burst (unset: no sample).",
+            labels=("queue", "limit"),
+        )
+        throttled = CounterMetricFamily(
+            self._prefix + "queue_throttled",
+            "Claims of the queue that a limit held back (running: max_running; rate).",
+            labels=("queue", "limit"),
+        )
+        for queue, entry in [] if stats is None else self._entries(stats):
+            limits = None if entry is None else entry.limits
+            if limits is not None:
+                for field in ("max_running", "rate_per_s", "burst"):
+                    value = getattr(limits, field)
+                    if value is not None:
+                        limit.add_metric((queue, field), value)
+            counts = (0, 0) if entry is None else (entry.throttled.running, entry.throttled.rate)
+            throttled.add_metric((queue, "running"), counts[0])
+            throttled.add_metric((queue, "rate"), counts[1])
+        return [limit, throttled]
 
     def _entries(self, stats: StoreStats) -> list[tuple[str, QueueStats | None]]:
         """The queues to export and their entries; ``None`` for a queue of ``queues=``

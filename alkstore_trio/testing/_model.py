@@ -33,11 +33,13 @@ from .._core import (
     Headers,
     Job,
     JobState,
+    QueueLimits,
     QueueOpts,
     QueueStats,
     StoreStats,
     SweepResult,
 )
+from ._model_limits import ModelLimits  # Q18.7-Q18.11
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
 
@@ -117,8 +119,9 @@ class ReferenceModel:
         self._finished: dict[str, Counter[str]] = {}
         #: Q17: the periodic schedules' rows (``fire``/``list``: Q17.2-Q17.6).
         self.periodic = PeriodicModel()
-        #: Q18: the paused queues.
+        #: Q18: the paused queues, and the queues' limits (Q18.7-Q18.11).
         self._paused: set[str] = set()
+        self.limits = ModelLimits()
         #: Q15: per (queue, key), the end of its window and the job that opened it.
         self._windows: dict[tuple[str, str], tuple[datetime, int]] = {}
 
@@ -157,6 +160,7 @@ class ReferenceModel:
         every id handed out (D23)."""
         if queue is None:
             names = {job.queue for job in self.jobs()} | set(self._finished) | self._paused
+            names |= self.limits.limited_queues()
         else:
             names = {queue}
         entries = []
@@ -164,6 +168,7 @@ class ReferenceModel:
             rows = [job for job in self.jobs() if job.queue == name]
             finished = self._finished.get(name, Counter())
             ready = [job for job in rows if job.state == "pending" and job.run_at <= now]
+            limits, throttled = self.limits.stats(name)
             entries.append(
                 QueueStats(
                     queue=name,
@@ -181,6 +186,8 @@ class ReferenceModel:
                     dead_lettered_total=finished["dead_lettered"],
                     cancelled_total=finished["cancelled"],
                     paused=name in self._paused,
+                    limits=limits,
+                    throttled=throttled,
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -315,9 +322,12 @@ class ReferenceModel:
             if ready or reclaim:
                 candidates.append(job)
         candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        # Q18.7/Q18.9: no more than the limits allow.
+        live = len(self._live_leases(queue, now))
+        take = self.limits.take(queue, live, n, len(candidates), now)
         # 3. Claim them.
         out = []
-        for job in candidates[:n]:
+        for job in candidates[:take]:
             claimed = replace(
                 job,
                 state="processing",
@@ -330,7 +340,21 @@ class ReferenceModel:
             out.append(claimed)
         return out
 
+    def _live_leases(self, queue: str, now: datetime) -> list[datetime]:
+        """Q18.7: the deadlines of the queue's processing rows under unexpired leases."""
+        return [
+            job.claim_expires_at
+            for job in self._live(queue)
+            if job.state == "processing"
+            and job.claim_expires_at is not None
+            and now <= job.claim_expires_at
+        ]
+
     # Q18: queue controls.
+    def set_limits(self, queue: str, limits: QueueLimits, *, refill: bool, now: datetime) -> None:
+        """Q18.11: the queue's limits from now on (``refill``: the bucket starts full)."""
+        self.limits.update(queue, limits, refill, now)
+
     def set_paused(self, queue: str, paused: bool) -> None:
         """Q18: pause (no claim hands out the queue's jobs) or resume the queue."""
         if paused:
@@ -613,7 +637,16 @@ class ReferenceModel:
             for job in self._rows.values()
             if job.queue == queue and job.state == "pending" and job.run_at > now
         ]
-        return (min(later) - now).total_seconds() if later else None
+        due = (min(later) - now).total_seconds() if later else None
+        ready = any(
+            job.state == "pending" and job.run_at <= now and not self._expired(job, now)
+            for job in self._live(queue)
+        )
+        leases = self._live_leases(queue, now)
+        earliest = (min(leases) - now).total_seconds() if leases else None
+        # Q18.9: ready jobs held back by a limit are due when it lets one out.
+        wait = self.limits.wait_s(queue, len(leases), earliest, now) if ready else None
+        return due if wait is None else wait if due is None else min(due, wait)
 
     # -- internals ---------------------------------------------------------------------
 

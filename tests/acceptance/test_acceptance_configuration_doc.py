@@ -337,6 +337,8 @@ async def _collect(namespace: str, worker_id_label: bool) -> dict[str, dict[str,
     async with open_store("memory://") as store:
         emails = store.queue("emails")
         await emails.enqueue(b"one")
+        # Q18.7-Q18.9: a limited queue, so that the limit series exist too.
+        await store.queue("limited").set_limits(max_running=5, rate_per_s=10)
         # A reading while the queue holds a row, so that its per-queue series exist.
         queue_stats = StoreStatsMetrics(
             store,

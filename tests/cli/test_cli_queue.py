@@ -1,4 +1,5 @@
-"""Q18 in the CLI: ``queue pause NAME``, ``queue resume NAME`` and ``queue list``, run
+"""Q18 in the CLI: ``queue pause NAME``, ``queue resume NAME``, ``queue limits NAME`` and
+``queue list``, run
 in-process through ``main([...])`` against a throwaway PostgreSQL schema; ``stats``
 marks a paused queue."""
 
@@ -32,14 +33,16 @@ def test_q18_queue_pause_resume_and_list(cli, pg_dsn, schema):
     status, out, _ = cli("queue", "list")
     assert status == EXIT_OK
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["QUEUE", "STATE", "READY"]
-    assert lines[1].split()[:3] == ["payments", "paused", "1"]
+    assert lines[0].split()[:4] == ["QUEUE", "STATE", "LIMITS", "READY"]
+    assert lines[1].split()[:4] == ["payments", "paused", "-", "1"]
     status, out, _ = cli("stats")
     assert "payments (paused)" in out
     status, out, _ = cli("queue", "list", "--json")
     assert json.loads(out) == {
         "queue": "payments",
         "paused": True,
+        "limits": None,
+        "throttled": {"running": 0, "rate": 0},
         "ready": 1,
         "delayed": 0,
         "processing": 0,
@@ -59,4 +62,62 @@ def test_q18_queue_commands_check_the_name(cli):
     assert "alk_reserved" in err
     status, out, _ = cli("queue", "list")
     assert status == EXIT_OK
-    assert out.strip() == "no queues (no jobs, none paused)"
+    assert out.strip() == "no queues (no jobs, none paused or limited)"
+
+
+def _claim_batch(pg_dsn: str, schema: str, queue: str, n: int, enqueue: int = 0) -> int:
+    """Enqueue ``enqueue`` jobs on ``queue``, then claim up to ``n``: how many came."""
+
+    async def go() -> int:
+        async with open_store(pg_dsn, schema=schema, listen=False) as store:
+            await store.queue(queue).enqueue_many([b"j"] * enqueue)
+            return len(await store.queue(queue).claim_batch("w", n))
+
+    return trio.run(go)
+
+
+def test_q18_11_queue_limits_sets_shows_and_clears(cli, pg_dsn, schema):
+    status, out, _ = cli("queue", "limits", "api")
+    assert status == EXIT_OK
+    assert out.strip() == "queue 'api' limits: none"
+    status, out, _ = cli("queue", "limits", "api", "--max-running", "2", "--rate", "5/s")
+    assert status == EXIT_OK
+    assert out.strip() == "queue 'api' limits set: max 2 running, 5/s burst 5"
+    assert _claim_and_enqueue(pg_dsn, schema) == 1  # another queue: not limited
+    assert _claim_batch(pg_dsn, schema, "api", 10, enqueue=3) == 2
+    assert _claim_batch(pg_dsn, schema, "api", 10) == 0
+    status, out, _ = cli("queue", "limits", "api", "--json")
+    assert json.loads(out) == {
+        "queue": "api",
+        "limits": {"max_running": 2, "rate_per_s": 5.0, "burst": 5},
+        "throttled": {"running": 2, "rate": 0},
+    }
+    status, out, _ = cli("queue", "limits", "api")
+    assert "claims throttled so far: 2 by max running, 0 by the rate" in out
+    status, out, _ = cli("queue", "list")
+    assert "max 2 running, 5/s burst 5" in out
+    status, out, _ = cli("stats")
+    assert "limits of api: max 2 running, 5/s burst 5; claims throttled: 2 by" in out
+    status, out, _ = cli("stats", "--json")
+    (api,) = [q for q in json.loads(out)["queues"] if q["queue"] == "api"]
+    assert api["limits"] == {"max_running": 2, "rate_per_s": 5.0, "burst": 5}
+    status, out, _ = cli("queue", "limits", "api", "--max-running", "none", "--rate", "none")
+    assert status == EXIT_OK
+    assert out.strip().startswith("queue 'api' limits set: none")
+    assert _claim_batch(pg_dsn, schema, "api", 10) == 1
+
+
+def test_q18_11_queue_limits_refuses_bad_values_without_effect(cli):
+    for argv in (
+        ["--max-running", "0"],
+        ["--max-running", "many"],
+        ["--rate", "fast"],
+        ["--rate", "0/s"],
+        ["--burst", "3"],
+        ["--rate", "5/s", "--burst", "0"],
+    ):
+        status, _, err = cli("queue", "limits", "api", *argv)
+        assert status == EXIT_USAGE, (argv, err)
+        assert err.strip(), argv
+    status, out, _ = cli("queue", "limits", "api")
+    assert out.strip() == "queue 'api' limits: none"

@@ -960,3 +960,26 @@ async def test_q18_the_paused_gauge_follows_pause_and_resume(autojump_clock, sto
     assert sample(registry, "alkstore_queue_paused", queue="busy") == 0
     # The resumed queue without jobs is no longer listed: its series end.
     assert sample(registry, "alkstore_queue_paused", queue="empty") is None
+
+
+async def test_q18_10_limits_are_gauges_and_throttled_claims_a_counter(autojump_clock, store):
+    # Q18.7-Q18.11: a sample per limit that is set; throttled claims by limit.
+    api = store.queue("api")
+    await api.enqueue_many([b"x"] * 3)
+    await api.set_limits(max_running=1, rate_per_s=5)
+    await api.claim_batch("w", 3)  # max_running holds it to 1
+    registry = CollectorRegistry()
+    metrics = StoreStatsMetrics(store, registry)
+    assert await metrics.poll()
+    assert sample(registry, "alkstore_queue_limit", queue="api", limit="max_running") == 1
+    assert sample(registry, "alkstore_queue_limit", queue="api", limit="rate_per_s") == 5
+    assert sample(registry, "alkstore_queue_limit", queue="api", limit="burst") == 5
+    assert sample(registry, "alkstore_queue_throttled_total", queue="api", limit="running") == 1
+    assert sample(registry, "alkstore_queue_throttled_total", queue="api", limit="rate") == 0
+    text = generate_latest(registry).decode()
+    assert "# TYPE alkstore_queue_limit gauge" in text
+    assert "# TYPE alkstore_queue_throttled_total counter" in text
+    await api.set_limits(rate_per_s=None)
+    assert await metrics.poll()
+    assert sample(registry, "alkstore_queue_limit", queue="api", limit="rate_per_s") is None
+    assert sample(registry, "alkstore_queue_limit", queue="api", limit="max_running") == 1

@@ -397,6 +397,25 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             )
             for paused in (True, False)
         ],
+        # Q18.7-Q18.11: queue limits.
+        "set_limits": [
+            (
+                "a limit and a rate",
+                {
+                    "queue": QUEUE,
+                    "max_running": 5,
+                    "rate_per_s": 50.0,
+                    "burst": 10,
+                    "refill": True,
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                },
+            )
+        ],
+        "lock_limits": [("one queue", {"queue": QUEUE})],
+        "claim_limited": [
+            ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10}),
+        ],
+        "wake": [("one queue", {"channel": _sql.wake_channel(data.schema, QUEUE)})],
         # Q15: the keyed enqueue's two statements.
         "lock_unique_keys": [("two keys", {"locks": ["alkstore/emails/a", "alkstore/emails/b"]})],
         "enqueue_unique": [
@@ -626,6 +645,7 @@ def split_columns(select_list: str) -> list[str]:
 JOB_QUERIES = {
     "claim": 1,
     "ack_claims_and_claim": 1,
+    "claim_limited": 1,  # Q18.7
     "get_job": 2,
     "find_job": 2,
     "list_live": 1,
@@ -703,11 +723,12 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
     assert _fragments_used("ack_claims") == ["ack_claims_delete", "count_moves"]
     order = ["claim_order"] * 3  # the core's Q3 order, in ready, lapsed and picked
     assert _fragments_used("claim") == [
-        "claim_candidates", "dead_letter", *order, "count_moves", "claim_update", "job_fields",
+        "claim_gate", "claim_candidates", "dead_letter", *order, "count_moves", "claim_update",
+        "job_fields",
     ]  # fmt: skip
     assert _fragments_used("ack_claims_and_claim") == [
-        "ack_claims_delete", "claim_candidates", "dead_letter", *order, "count_moves",
-        "claim_update", "job_fields",
+        "ack_claims_delete", "claim_gate", "claim_candidates", "dead_letter", *order,
+        "count_moves", "claim_update", "job_fields",
     ]  # fmt: skip
     fused, fused_main = split_ctes(_sql.queries("alkstore")["ack_claims_and_claim"])
     assert list(fused) == [
@@ -722,9 +743,11 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
     ]
     # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
     # shape a migration changes).
+    # Q18.7: then one row of NULLs (the id's too) when the queue is limited.
     nulls = ", ".join(["NULL"] * len(returned))
     assert fused_main == (
-        f"SELECT acked.id, {nulls} FROM acked UNION ALL SELECT NULL, claimed.* FROM claimed"
+        f"SELECT acked.id, {nulls} FROM acked UNION ALL SELECT NULL, claimed.* FROM claimed "
+        f"UNION ALL SELECT NULL, {nulls} FROM gate AS g WHERE g.limited"
     )
     upsert_source = fused["counted"].split(" FROM ", 1)[1]
     assert upsert_source.startswith(
@@ -741,6 +764,7 @@ COUNTING_QUERIES = {
     "ack_claims": {"acked"},
     "ack_claims_and_claim": {"acked", "dead_lettered"},
     "claim": {"dead_lettered"},
+    "claim_limited": {"dead_lettered"},  # Q18.7
     "retry": {"dead_lettered"},
     "fail": {"dead_lettered"},
     "retry_claims": {"dead_lettered"},

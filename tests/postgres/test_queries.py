@@ -74,22 +74,27 @@ def test_queries_no_statement_keeps_a_reference_or_a_comment(name: str):
 #: The fragments, and the statements that include each (directly or through another).
 FRAGMENT_USERS = {
     "dead_letter": {
-        "claim", "ack_claims_and_claim", "retry", "fail", "retry_claims", "fail_claims",
-        "sweep_expired",
+        "claim", "ack_claims_and_claim", "claim_limited", "retry", "fail", "retry_claims",
+        "fail_claims", "sweep_expired",
     },
     "count_moves": {
-        "ack", "ack_batch", "ack_claims", "ack_claims_and_claim", "claim", "retry", "fail",
+        "ack", "ack_batch", "ack_claims", "ack_claims_and_claim", "claim", "claim_limited",
+        "retry", "fail",
         "retry_claims", "fail_claims", "sweep_expired", "cancel",
     },
     "job_fields": {
-        "claim", "ack_claims_and_claim", "get_job", "find_job", "list_live", "list_dead",
+        "claim", "ack_claims_and_claim", "claim_limited", "get_job", "find_job", "list_live",
+        "list_dead",
     },
-    "claim_candidates": {"claim", "ack_claims_and_claim"},
-    "claim_update": {"claim", "ack_claims_and_claim"},
+    "claim_gate": {"claim", "ack_claims_and_claim"},  # Q18
+    "claim_candidates": {"claim", "ack_claims_and_claim", "claim_limited"},
+    "claim_update": {"claim", "ack_claims_and_claim", "claim_limited"},
+    "limit_state": {"claim_limited", "next_due"},  # Q18.7-Q18.9
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
-    "claim_order": {"claim", "ack_claims_and_claim"},  # the core's, not queries.sql's
+    # the core's, not queries.sql's:
+    "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "next_due"},
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
 }  # fmt: skip
 
@@ -149,6 +154,7 @@ CONTRACT_WORDS = {
 }  # fmt: skip
 CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
 CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
+CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 
 
 def test_queries_statements_are_named_after_the_contract():

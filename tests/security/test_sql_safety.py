@@ -281,6 +281,8 @@ SQL_CALL = re.compile(r"([A-Za-z_@][\w@.]*)\s*\(")
 SQL_BUILTINS = {
     "coalesce",
     "nullif",
+    "greatest",  # SQL syntax like coalesce (Q18.7-Q18.9), not a function of any schema
+    "least",
     "unnest",
     "count",
     "min",
@@ -293,6 +295,7 @@ SQL_BUILTINS = {
 }
 SQL_WORDS = {"AS", "AND", "OR", "NOT", "MATERIALIZED", "USING", "ON", "FROM", "SELECT", "IN", "OF"}
 SQL_WORDS |= {"LATERAL", "FILTER", "TRUE", "CONFLICT", "SET", "KEY", "WITH", "JOIN"}
+SQL_WORDS |= {"WHERE", "THEN", "LIMIT"}  # "WHERE (a OR b)", "LIMIT (SELECT ...)" (Q18)
 
 
 def _strip_comments(text: str) -> str:

@@ -29,7 +29,15 @@ from ._periodic import PeriodicRows
 from ._table import JobTable, KeyHeld
 
 if TYPE_CHECKING:
-    from ..._core import Enqueued, EnqueueSpec, Job, JobState, StoreStats, SweepResult
+    from ..._core import (
+        Enqueued,
+        EnqueueSpec,
+        Job,
+        JobState,
+        QueueLimits,
+        StoreStats,
+        SweepResult,
+    )
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._protocol import Claim, FailItem, RetryItem, SqlParams
     from ._table import UniqueKey
@@ -207,23 +215,52 @@ class MemoryEngine:
         return await self._call(lambda table, now: table.heartbeat(queue, claims, extend_s, now))
 
     async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
-        return await self._call(lambda table, now: table.ack(queue, claims, now))
+        def run(table: JobTable, now: datetime) -> list[int]:
+            acked = table.ack(queue, claims, now)
+            self._freed(table, queue, len(acked))
+            return acked
+
+        return await self._call(run)
 
     async def ack_and_claim(
         self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
     ) -> tuple[list[int], list[Job]]:
-        return await self._call(
-            lambda table, now: table.ack_and_claim(queue, claims, worker_id, n, now)
-        )
+        def run(table: JobTable, now: datetime) -> tuple[list[int], list[Job]]:
+            acked, jobs = table.ack_and_claim(queue, claims, worker_id, n, now)
+            self._freed(table, queue, len(acked) - len(jobs))
+            return acked, jobs
+
+        return await self._call(run)
 
     async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
-        return await self._call(lambda table, now: table.retry(queue, items, now))
+        def run(table: JobTable, now: datetime) -> list[bool]:
+            done = table.retry(queue, items, now)
+            self._freed(table, queue, sum(done))
+            return done
+
+        return await self._call(run)
 
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
-        return await self._call(lambda table, now: table.fail(queue, items, now))
+        def run(table: JobTable, now: datetime) -> list[bool]:
+            done = table.fail(queue, items, now)
+            self._freed(table, queue, sum(done))
+            return done
+
+        return await self._call(run)
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
-        return await self._call(lambda table, now: table.ack_batch(queue, job_ids, now))
+        def run(table: JobTable, now: datetime) -> int:
+            count = table.ack_batch(queue, job_ids, now)
+            self._freed(table, queue, count)
+            return count
+
+        return await self._call(run)
+
+    def _freed(self, table: JobTable, queue: str, freed: int) -> None:
+        """Q18.7: settling ``freed`` leases of a limited queue (more than its claim took
+        back) frees slots: wake the queue, so idle workers claim them at once."""
+        if freed > 0 and table.limits.limited(queue):
+            self.wakes.publish({queue})
 
     # Q16 / R11
     async def next_due_in_s(self, queue: str) -> float | None:
@@ -305,6 +342,13 @@ class MemoryEngine:
             table.set_paused(queue, paused)
             if not paused:
                 self.wakes.publish({queue})
+
+        await self._call(run)
+
+    async def set_limits(self, queue: str, limits: QueueLimits, refill: bool) -> None:
+        def run(table: JobTable, now: datetime) -> None:
+            table.set_limits(queue, limits, refill, now)
+            self.wakes.publish({queue})
 
         await self._call(run)
 

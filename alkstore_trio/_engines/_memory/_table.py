@@ -49,9 +49,19 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..._core import Enqueued, EnqueueSpec, Job, JobState, QueueStats, StoreStats, SweepResult
+from ..._core import (
+    Enqueued,
+    EnqueueSpec,
+    Job,
+    JobState,
+    QueueLimits,
+    QueueStats,
+    StoreStats,
+    SweepResult,
+)
 from ..._core import _transitions as t
 from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
+from ._limits import LimitBook
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -117,8 +127,9 @@ class JobTable:
         self._finished: dict[str, _Finished] = {}
         self._next_id = 1
         self._latest_now: datetime | None = None
-        #: Q18: the paused queues.
+        #: Q18: the paused queues, and every queue's limits (Q18.7-Q18.11).
         self._paused: set[str] = set()
+        self.limits = LimitBook()
         # Q15: the live row of each key, each key's window, the keys held by open
         # transactions (holder, reserved id).
         self._keys: dict[UniqueKey, int] = {}
@@ -158,7 +169,7 @@ class JobTable:
         if queue is not None:
             counts[queue] = [0, 0, 0, 0, 0]
         else:
-            for name in [*self._finished, *self._paused]:
+            for name in [*self._finished, *self._paused, *self.limits.listed()]:
                 counts[name] = [0, 0, 0, 0, 0]
         for job in [*self._live.values(), *self._dead.values()]:
             if queue is not None and job.queue != queue:
@@ -179,6 +190,7 @@ class JobTable:
         entries: list[QueueStats] = []
         for name, row in sorted(counts.items()):
             finished = self._finished.get(name) or _Finished()
+            limits, throttled = self.limits.stats(name)
             entries.append(
                 QueueStats(
                     queue=name,
@@ -194,6 +206,8 @@ class JobTable:
                     dead_lettered_total=finished.dead_lettered,
                     cancelled_total=finished.cancelled,
                     paused=name in self._paused,
+                    limits=limits,
+                    throttled=throttled,
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -266,7 +280,8 @@ class JobTable:
                 del self._held[key]
 
     def claim(self, queue: str, worker_id: str, n: int, now: datetime) -> list[Job]:
-        """Q3: the pre-claim sweep, then up to ``n`` claims in the contract's order."""
+        """Q3: the pre-claim sweep, then up to ``n`` claims in the contract's order;
+        Q18.7/Q18.9: no more than the queue's limits allow."""
         if n <= 0:
             return []
         self._observe(now)
@@ -278,6 +293,16 @@ class JobTable:
         if queue in self._paused:
             # Q18: the pre-claim sweep ran; a paused queue hands nothing out.
             return []
+        if not self.limits.limited(queue):
+            return self._take(index, worker_id, n, now)
+        live = self._live_leases(index, now)
+        out = self._take(index, worker_id, self.limits.allowance(queue, live, n, now), now)
+        found = len(out) + (self._has_claimable(index, now) and len(out) < n)
+        self.limits.claimed(queue, live, n, found, len(out), now)
+        return out
+
+    def _take(self, index: _QueueIndex, worker_id: str, n: int, now: datetime) -> list[Job]:
+        """Q3 step 3: claim the first ``n`` claimable rows of the queue's ready heap."""
         out: list[Job] = []
         ready = index.ready
         while ready and len(out) < n:
@@ -297,6 +322,39 @@ class JobTable:
             self._set_live(job, now)
             out.append(job)
         return out
+
+    def _has_claimable(self, index: _QueueIndex, now: datetime) -> bool:
+        """Whether the ready heap holds a claimable row (stale and expired entries on
+        top are dropped, as a claim would)."""
+        ready = index.ready
+        while ready:
+            _, _, job_id, gen = ready[0]
+            if self._gen.get(job_id) == gen and t.is_claimable(self._live[job_id], now):
+                return True
+            heapq.heappop(ready)
+        return False
+
+    def _leases(self, index: _QueueIndex, now: datetime) -> list[datetime]:
+        """Q18.7: the deadlines of the queue's unexpired leases (stale entries of the
+        lease heap do not count, nor lapsed ones)."""
+        gens = self._gen
+        return [
+            expires
+            for expires, job_id, gen in index.leases
+            if gens.get(job_id) == gen and expires >= now
+        ]
+
+    def _live_leases(self, index: _QueueIndex, now: datetime) -> int:
+        return len(self._leases(index, now))
+
+    def _earliest_lease_s(self, index: _QueueIndex, now: datetime) -> float | None:
+        leases = self._leases(index, now)
+        return None if not leases else (min(leases) - now).total_seconds()
+
+    def set_limits(self, queue: str, limits: QueueLimits, refill: bool, now: datetime) -> None:
+        """Q18.11: the queue's new limits (one transition)."""
+        self._observe(now)
+        self.limits.set(queue, limits, refill, now)
 
     def set_paused(self, queue: str, paused: bool) -> None:
         """Q18: pause or resume the queue (one transition: exact by construction)."""
@@ -488,12 +546,38 @@ class JobTable:
             return None
         self._promote_due(index, now)
         delayed = index.delayed
+        due: float | None = None
         while delayed:
             run_at, job_id, gen = delayed[0]
             if self._gen.get(job_id) == gen:
-                return due_in_s(run_at, now)
+                due = due_in_s(run_at, now)
+                break
             heapq.heappop(delayed)
-        return None
+        if not self.limits.limited(queue):
+            return due
+        return self._limited_due_in_s(queue, index, due, now)
+
+    def _limited_due_in_s(
+        self, queue: str, index: _QueueIndex, due: float | None, now: datetime
+    ) -> float | None:
+        """Q18.9 (R11 for a limited queue): with ready pending jobs waiting on a limit
+        (a walk of the ready heap), the time until the limit lets one out, if sooner than
+        the next delayed job."""
+        gens, live = self._gen, self._live
+        ready = any(
+            gens.get(job_id) == gen
+            and live[job_id].state == "pending"
+            and t.is_claimable(live[job_id], now)
+            for _, _, job_id, gen in index.ready
+        )
+        if not ready:
+            return due
+        wait = self.limits.due_in_s(
+            queue, self._live_leases(index, now), self._earliest_lease_s(index, now), now
+        )
+        if wait is None:
+            return due
+        return wait if due is None else min(due, wait)
 
     # -- internals ---------------------------------------------------------------------
 

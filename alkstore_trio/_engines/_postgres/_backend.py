@@ -17,7 +17,6 @@ import json
 import logging
 import math
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -26,13 +25,12 @@ import trio
 
 from ..._core import (
     FAILED,
-    NO_HEADERS,
     Enqueued,
     EnqueueSpec,
     Headers,
     Job,
     JobState,
-    QueueStats,
+    QueueLimits,
     StoreStats,
     SweepResult,
     claim_order_key,
@@ -41,12 +39,15 @@ from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
-from . import _driver, _periodic, _pool, _schema, _sql, _unique
+from . import _driver, _limited, _periodic, _pool, _rows, _schema, _sql, _unique
 from ._dsn import describe
 from ._options import _Conninfo, check_options, driver_connect
+from ._rows import job as _job
+from ._rows import utc as _utc
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
+    from datetime import datetime
 
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._protocol import Claim, FailItem, RetryItem, SqlParams
@@ -63,47 +64,6 @@ PAUSE_LOCK_TIMEOUT_S: Final = 5.0
 _PAUSE_LOCK_TIMEOUT_SQL: Final = "SELECT pg_catalog.set_config('lock_timeout', %s, true)"
 #: Q18: the pause barrier (see set_paused in queries.sql), rendered for the schema.
 _PAUSE_BARRIER_SQL: Final = "LOCK TABLE @schema@.jobs IN SHARE MODE"
-
-
-def _job(row: Sequence[Any]) -> Job:
-    """A result row in the column order of the queries as a Job: the columns of ``jobs``
-    up to ``last_error``, the headers, ``died_at`` and the unique key (Q15).
-
-    The queries send the headers as ``nullif(headers, '{}')``: ``None`` for a job without
-    any (the usual case), so psycopg parses no JSON (its jsonb loader takes about 1.3 µs
-    a row even for ``{}``, two thirds of this function's own cost) and no
-    :class:`Headers` is built.
-    """
-    headers = row[16]
-    return Job(
-        id=row[0],
-        queue=row[1],
-        payload=bytes(row[2]),
-        priority=row[3],
-        state=row[4],
-        attempts=row[5],
-        max_attempts=row[6],
-        run_at=_utc(row[7]),
-        enqueued_at=_utc(row[8]),
-        visibility_timeout_s=row[9],
-        backoff_base_s=row[10],
-        expires_at=_utc_or_none(row[11]),
-        claimed_by=row[12],
-        claimed_at=_utc_or_none(row[13]),
-        claim_expires_at=_utc_or_none(row[14]),
-        last_error=row[15],
-        died_at=_utc_or_none(row[17]),
-        headers=Headers(headers) if headers else NO_HEADERS,
-        unique_key=row[18],
-    )
-
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
-def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
 
 
 def _engine_error(exc: BaseException) -> EngineError:
@@ -176,6 +136,10 @@ class PostgresEngine:
         self._schema = options["schema"]
         self._q = _sql.queries(self._schema)
         self._pause_barrier = _sql.render(_PAUSE_BARRIER_SQL, self._schema)
+        self._limit_barrier = _sql.render(_limited.LIMIT_BARRIER_SQL, self._schema)
+        #: Q18.7: the queues this engine claims from with the limited claim (learned
+        #: from set_limits and from the fast claims' marker row; see _limited).
+        self._limited: set[str] = set()
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
@@ -229,15 +193,8 @@ class PostgresEngine:
 
     async def _enqueue_keyed(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         """Q15: a call with unique keys, in a transaction of its own."""
-        if self._closed or self._pool is None:
-            raise StoreClosed("the store is closed")
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                return await _unique.enqueue_keyed(self, conn, specs)
-        except psycopg.Error as exc:
-            raise _engine_error(exc) from exc
-        except _pool.PoolClosed as exc:
-            raise StoreClosed("the store is closed") from exc
+        async with self._transaction_conn() as conn:
+            return await _unique.enqueue_keyed(self, conn, specs)
 
     def _enqueue_statement(self, group: Sequence[EnqueueSpec]) -> tuple[str, dict[str, object]]:
         """The enqueue statement for one group and its parameters (``enqueue_one`` for a
@@ -263,11 +220,35 @@ class PostgresEngine:
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
-        limit = min(n, v.JOB_ID_MAX)
-        rows = await self._run("claim", {"queue": queue, "worker_id": worker_id, "n": limit})
+        params = {"queue": queue, "worker_id": worker_id, "n": min(n, v.JOB_ID_MAX)}
+        if queue in self._limited:
+            return (await self._claim_limited(queue, (), params))[1]
+        rows = await self._run("claim", params)
+        if rows and rows[-1][0] is None:  # Q18.7: the queue is limited
+            self._limited.add(queue)
+            return (await self._claim_limited(queue, (), params))[1]
         jobs = [_job(row) for row in rows]
         jobs.sort(key=claim_order_key)
         return jobs
+
+    async def _claim_limited(
+        self, queue: str, claims: Sequence[Claim], params: dict[str, object]
+    ) -> tuple[list[int], list[Job]]:
+        """Q18.7-Q18.9: a claim (after acks) of a limited queue, in a transaction."""
+        params["channel"] = self._channel(queue)
+        async with self._transaction_conn() as conn:
+            acked, jobs, limited = await _limited.claim(
+                conn, self._q, self._limit_barrier, queue, claims, params, _job
+            )
+        if not limited:
+            self._limited.discard(queue)
+        jobs.sort(key=claim_order_key)
+        return acked, jobs
+
+    async def _freed(self, queue: str, freed: int) -> None:
+        """Q18.7: settling ``freed`` leases of a limited queue freed slots: wake it."""
+        if freed > 0 and queue in self._limited:
+            await self._run("wake", {"channel": self._channel(queue)})
 
     # A batch of one takes the one-row statement: it plans and runs faster than the
     # array statement over one element.
@@ -286,8 +267,11 @@ class PostgresEngine:
         if len(claims) == 1:
             ((job_id, token),) = claims
             params = {"id": job_id, "queue": queue, "token": token}
-            return [job_id] if await self._run("ack", params) else []
-        return [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
+            acked = [job_id] if await self._run("ack", params) else []
+        else:
+            acked = [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
+        await self._freed(queue, len(acked))
+        return acked
 
     async def ack_and_claim(
         self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
@@ -297,13 +281,19 @@ class PostgresEngine:
             "worker_id": worker_id,
             "n": min(n, v.JOB_ID_MAX),
         }
+        if queue in self._limited:
+            return await self._claim_limited(queue, claims, params)
         acked: list[int] = []
         jobs: list[Job] = []
         for row in await self._run("ack_claims_and_claim", params):
             if row[0] is not None:
                 acked.append(row[0])
-            else:
+            elif row[1] is not None:
                 jobs.append(_job(row[1:]))
+            else:  # Q18.7: the queue is limited; the acks are done
+                self._limited.add(queue)
+                del params["ids"], params["tokens"]
+                return acked, (await self._claim_limited(queue, (), params))[1]
         jobs.sort(key=claim_order_key)
         return acked, jobs
 
@@ -317,13 +307,16 @@ class PostgresEngine:
                 "error": error,
                 "delay_s": delay_s,
             }
-            return [bool(await self._run("retry", params))]
-        params = {
-            **_claim_params(queue, items),
-            "errors": [item.error for item in items],
-            "delays": [None if item.delay_s is None else float(item.delay_s) for item in items],
-        }
-        return _applied(len(items), await self._run("retry_claims", params))
+            done = [bool(await self._run("retry", params))]
+        else:
+            params = {
+                **_claim_params(queue, items),
+                "errors": [item.error for item in items],
+                "delays": [None if item.delay_s is None else float(item.delay_s) for item in items],
+            }
+            done = _applied(len(items), await self._run("retry_claims", params))
+        await self._freed(queue, sum(done))
+        return done
 
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
         if len(items) == 1:
@@ -334,22 +327,29 @@ class PostgresEngine:
                 "token": token,
                 "error": FAILED if error is None else error,
             }
-            return [bool(await self._run("fail", params))]
-        params = {
-            **_claim_params(queue, items),
-            "errors": [FAILED if item.error is None else item.error for item in items],
-        }
-        return _applied(len(items), await self._run("fail_claims", params))
+            done = [bool(await self._run("fail", params))]
+        else:
+            params = {
+                **_claim_params(queue, items),
+                "errors": [FAILED if item.error is None else item.error for item in items],
+            }
+            done = _applied(len(items), await self._run("fail_claims", params))
+        await self._freed(queue, sum(done))
+        return done
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         params: dict[str, object] = {"queue": queue, "ids": _int_array(list(job_ids))}
         ((count,),) = await self._run("ack_batch", params)
+        await self._freed(queue, int(count))
         return int(count)
 
     # Q16 / R11
     async def next_due_in_s(self, queue: str) -> float | None:
-        ((seconds,),) = await self._run("next_due", {"queue": queue})
-        return None if seconds is None else float(seconds)
+        ((seconds, *waits),) = await self._run("next_due", {"queue": queue})
+        due = None if seconds is None else float(seconds)
+        # Q18.9: a limited queue's ready jobs are due when its limits let one out.
+        wait = _limited.due_in_s(waits)
+        return due if wait is None else wait if due is None else min(due, wait)
 
     # -- the operator path -------------------------------------------------------------
 
@@ -387,25 +387,7 @@ class PostgresEngine:
     async def stats(self, queue: str | None) -> StoreStats:
         rows = await self._run("stats", {"queue": queue})
         now = _utc(rows[0][0])
-        entries = tuple(
-            QueueStats(
-                queue=row[2],
-                pending_ready=int(row[3]),
-                pending_delayed=int(row[4]),
-                processing=int(row[6]),
-                reclaimable=int(row[7]),
-                dead=int(row[8]),
-                oldest_ready_age_s=(
-                    None if row[5] is None else max(0.0, (now - _utc(row[5])).total_seconds())
-                ),
-                acked_total=int(row[9]),
-                dead_lettered_total=int(row[10]),
-                cancelled_total=int(row[11]),
-                paused=bool(row[12]),
-            )
-            for row in rows
-            if row[2] is not None
-        )
+        entries = tuple(_rows.queue_stats(row, now) for row in rows if row[2] is not None)
         return StoreStats(now=now, ids_issued=int(rows[0][1]), queues=entries)
 
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
@@ -444,15 +426,8 @@ class PostgresEngine:
     # -- Q17 periodic jobs ---------------------------------------------------------------
 
     async def fire_periodic(self, schedules: Sequence[Periodic]) -> PeriodicTick:
-        if self._closed or self._pool is None:
-            raise StoreClosed("the store is closed")
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                return await _periodic.fire(conn, self._q, self._enqueue_statement, schedules)
-        except psycopg.Error as exc:
-            raise _engine_error(exc) from exc
-        except _pool.PoolClosed as exc:
-            raise StoreClosed("the store is closed") from exc
+        async with self._transaction_conn() as conn:
+            return await _periodic.fire(conn, self._q, self._enqueue_statement, schedules)
 
     async def list_periodic(self, stale_after_s: float) -> list[PeriodicInfo]:
         rows = await self._run("list_periodic", {"stale_after_s": stale_after_s})
@@ -468,14 +443,38 @@ class PostgresEngine:
         if not paused:
             await self._run("set_paused", params)
             return
+        await self._behind_barrier("set_paused", params)
+
+    async def set_limits(self, queue: str, limits: QueueLimits, refill: bool) -> None:
+        params: dict[str, object] = {
+            "queue": queue,
+            "max_running": limits.max_running,
+            "rate_per_s": limits.rate_per_s,
+            "burst": limits.burst,
+            "refill": refill,
+            "channel": self._channel(queue),
+        }
+        await self._behind_barrier("set_limits", params)
+        if limits.limited:
+            self._limited.add(queue)
+
+    async def _behind_barrier(self, name: str, params: dict[str, object]) -> None:
+        """Q18: run a control statement behind the pause barrier (see set_paused in
+        queries.sql): every claim that starts after it returns sees its effect."""
+        timeout = f"{round(PAUSE_LOCK_TIMEOUT_S * 1000)}ms"
+        async with self._transaction_conn() as conn:
+            await conn.execute(_PAUSE_LOCK_TIMEOUT_SQL, [timeout])
+            await conn.execute(self._pause_barrier, [])
+            await conn.execute(self._q[name], params)
+
+    @asynccontextmanager
+    async def _transaction_conn(self) -> AsyncIterator[_driver.Connection]:
+        """A pooled connection in a transaction of its own, with the engine's errors."""
         if self._closed or self._pool is None:
             raise StoreClosed("the store is closed")
-        timeout = f"{round(PAUSE_LOCK_TIMEOUT_S * 1000)}ms"
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                await conn.execute(_PAUSE_LOCK_TIMEOUT_SQL, [timeout])
-                await conn.execute(self._pause_barrier, [])
-                await conn.execute(self._q["set_paused"], params)
+                yield conn
         except psycopg.Error as exc:
             raise _engine_error(exc) from exc
         except _pool.PoolClosed as exc:
@@ -538,15 +537,8 @@ class PostgresEngine:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresTransaction]:
-        if self._closed or self._pool is None:
-            raise StoreClosed("the store is closed")
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                yield PostgresTransaction(self, conn)
-        except psycopg.Error as exc:
-            raise _engine_error(exc) from exc
-        except _pool.PoolClosed as exc:
-            raise StoreClosed("the store is closed") from exc
+        async with self._transaction_conn() as conn:
+            yield PostgresTransaction(self, conn)
 
     def open_wake_listener(
         self, queues: frozenset[str]

@@ -215,6 +215,15 @@ from .q17_periodic_delete import (  # Q17.10
     q17_10_delete_periodic_deletes_one_row_and_keeps_its_jobs,
     q17_10_delete_periodic_rejects_a_bad_name_without_effect,
 )
+from .q18_limits import (
+    q18_7_freed_slots_and_set_limits_wake_the_queue,
+    q18_7_max_running_caps_the_live_leases_of_every_claim,
+    q18_9_limits_combine_and_a_pause_still_wins,
+    q18_9_the_rate_limit_is_a_token_bucket_on_the_engine_clock,
+    q18_10_stats_show_limits_and_count_throttled_claims,
+    q18_11_bad_limits_raise_and_change_nothing,
+    q18_11_set_limits_merges_and_limits_reads_them,
+)
 from .q18_pause import (
     q18_a_claim_on_a_paused_queue_still_sweeps,
     q18_a_pause_leaves_enqueues_and_held_jobs_alone,
@@ -381,6 +390,14 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q18_a_claim_on_a_paused_queue_still_sweeps,
     q18_resume_wakes_the_queue_and_pause_does_not,
     q18_stats_show_the_paused_state,
+    # Q18.7-Q18.11: queue limits.
+    q18_7_max_running_caps_the_live_leases_of_every_claim,
+    q18_7_freed_slots_and_set_limits_wake_the_queue,
+    q18_9_the_rate_limit_is_a_token_bucket_on_the_engine_clock,
+    q18_9_limits_combine_and_a_pause_still_wins,
+    q18_10_stats_show_limits_and_count_throttled_claims,
+    q18_11_set_limits_merges_and_limits_reads_them,
+    q18_11_bad_limits_raise_and_change_nothing,
 )
 
 

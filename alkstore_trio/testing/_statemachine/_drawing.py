@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import hypothesis.strategies as st
 
-from ._controls import PAUSED_CHOICES, SetPaused
+from ._controls import draw_control
 from ._periodic_steps import draw_fire_periodic  # Q17
 from ._q16 import draw_q16_step
 from ._steps import (
@@ -193,8 +193,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw_q16_step(draw, run, queue)
     if kind == "fire_periodic":  # Q17
         return draw_fire_periodic(draw)
-    if kind == "pause":
-        return SetPaused(queue, paused=draw(PAUSED_CHOICES))
+    if kind == "pause":  # Q18
+        return draw_control(draw, queue)
     return _draw_row_step(draw, run, kind, queue)
 
 

@@ -16,7 +16,7 @@ import hypothesis.strategies as st
 
 from ..._core import Enqueued, Headers, Job, JobState
 from ..._errors import HandleConsumed
-from ._controls import SetPaused
+from ._controls import SetLimits, SetPaused, apply_set_limits
 from ._drawing import _draw_step
 from ._periodic_steps import FirePeriodic, apply_fire_periodic, periodic_targets  # Q17
 from ._q16 import NextDue, Reschedule, apply_next_due, apply_reschedule
@@ -236,6 +236,8 @@ class _Run:
                 return await apply_fire_periodic(self, step, now)
             case SetPaused():
                 return await self._set_paused(step, now)
+            case SetLimits():  # Q18.7-Q18.9
+                return await apply_set_limits(self, step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------

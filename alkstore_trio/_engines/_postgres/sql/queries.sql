@@ -108,20 +108,27 @@ ON CONFLICT (queue, shard) DO UPDATE SET
     dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered,
     cancelled = c.cancelled + EXCLUDED.cancelled
 
--- fragment: claim_candidates
--- Q3 steps 1 and 2, as CTEs: the pre-claim sweep (`swept`, moved to dead by `dead`) and
--- the rows to claim (`picked`). Candidates come from two index walks (ready pending
--- rows; lapsed leases with attempts left), each locked with SKIP LOCKED so concurrent
--- claimers never wait for or share a row; the best n of them are picked. The
--- MATERIALIZED CTEs make each walk run exactly once, so no more than n rows are ever
--- handed out. Q18: both walks are gated by the queue's paused flag, read once in the
--- statement's snapshot (see set_paused for why that snapshot is recent enough): a paused
--- queue locks and hands out nothing (the sweep still runs).
+-- fragment: claim_gate
+-- Q18: the queue's controls, read once in the statement's snapshot (see set_paused for
+-- why that snapshot is recent enough): the claim is `open` when the queue is neither
+-- paused nor limited. A limited queue (Q18.7-Q18.9) is claimed only by claim_limited:
+-- this statement locks and hands out nothing (the sweep still runs) and answers one
+-- marker row, so the engine claims again with claim_limited (and goes on doing so).
 gate AS MATERIALIZED (
-    SELECT NOT EXISTS (
-        SELECT FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text AND k.paused
-    ) AS open
-),
+    SELECT
+        NOT coalesce(pg_catalog.bool_or(k.paused OR k.limited), false) AS open,
+        coalesce(pg_catalog.bool_or(k.limited), false) AS limited
+    FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text
+)
+
+-- fragment: claim_candidates(walk = %(n)s::bigint, take = %(n)s::bigint)
+-- Q3 steps 1 and 2, as CTEs after the CTE `gate` (its `open`): the pre-claim sweep
+-- (`swept`, moved to dead by `dead`) and the rows to claim (`picked`). Candidates come
+-- from two index walks (ready pending rows; lapsed leases with attempts left) of up to
+-- `walk` rows each, each locked with SKIP LOCKED so concurrent claimers never wait for
+-- or share a row; the best `take` of them are picked. The MATERIALIZED CTEs make each
+-- walk run exactly once, so no more than `take` rows are ever handed out. Both walks are
+-- gated by `open`: a closed gate locks and hands out nothing (the sweep still runs).
 spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
@@ -141,7 +148,7 @@ ready AS MATERIALIZED (
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
         AND (SELECT g.open FROM gate AS g)
     ORDER BY {claim_order(alias = j)}
-    LIMIT %(n)s::bigint
+    LIMIT {walk}
     FOR UPDATE OF j SKIP LOCKED
 ),
 lapsed AS MATERIALIZED (
@@ -151,13 +158,13 @@ lapsed AS MATERIALIZED (
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
         AND (SELECT g.open FROM gate AS g)
     ORDER BY {claim_order(alias = j)}
-    LIMIT %(n)s::bigint
+    LIMIT {walk}
     FOR UPDATE OF j SKIP LOCKED
 ),
 picked AS MATERIALIZED (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
     ORDER BY {claim_order(alias = c)}
-    LIMIT %(n)s::bigint
+    LIMIT {take}
 )
 
 -- fragment: claim_update
@@ -316,14 +323,24 @@ SELECT held.id, false FROM held WHERE held.id IS NOT NULL;
 
 -- name: claim
 -- Q3: the pre-claim sweep (its dead-letter moves counted: D27) and up to n claims, in
--- one statement (one transaction).
-WITH {claim_candidates},
+-- one statement (one transaction). Q18.7: a limited queue's claim is one row of NULLs
+-- (see claim_gate).
+WITH {claim_gate},
+{claim_candidates},
 counted AS (
     {count_moves(
         moves = (SELECT count(*) AS n FROM swept) AS m WHERE m.n > 0, dead_lettered = m.n
     )}
+),
+claimed AS (
+    {claim_update}
 )
-{claim_update};
+SELECT * FROM claimed
+UNION ALL
+SELECT
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL
+FROM gate AS g WHERE g.limited;
 
 -- name: heartbeat
 -- Q4: an absolute reset of a valid claim's deadline.
@@ -455,10 +472,12 @@ SELECT id FROM acked;
 -- the two sets are disjoint and the claim hands out exactly what a claim after the acks
 -- would. The acks come first in the UNION ALL, so their DELETE has finished (and waited
 -- for any row lock it had to) before the claim locks anything. Rows: (acked id, NULLs)
--- per acked job, then (NULL, job fields) per claimed job.
+-- per acked job, then (NULL, job fields) per claimed job; Q18.7: then a row of NULLs
+-- when the queue is limited (see claim_gate).
 WITH acked AS (
     {ack_claims_delete}
 ),
+{claim_gate},
 {claim_candidates},
 counted AS (
     {count_moves(
@@ -481,7 +500,13 @@ SELECT
     NULL, NULL, NULL, NULL, NULL
 FROM acked
 UNION ALL
-SELECT NULL, claimed.* FROM claimed;
+SELECT NULL, claimed.* FROM claimed
+UNION ALL
+-- Q18.7: a limited queue's claim is one row of NULLs (see claim_gate).
+SELECT
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL
+FROM gate AS g WHERE g.limited;
 
 -- name: retry_claims
 -- R2 (D20): retry each listed (id, claim token, error, delay_s) item of this queue whose
@@ -648,7 +673,11 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken);
 -- Q16 (next_due_in_s): the seconds from now until the earliest run_at later than now of
 -- this queue's pending rows (NULL: none). A loose scan of the claim index: one probe per
 -- distinct priority of the queue's pending rows, then, per priority, one probe for its
--- first run_at after now; never a walk of the queue's rows.
+-- first run_at after now; never a walk of the queue's rows. Q18.9: then, for a limited
+-- queue with a ready job (one probe of the claim index), the seconds until its bucket
+-- holds a whole token (NULL: it does, or no rate) and, when every slot of max_running is
+-- taken, until its earliest live lease lapses (NULL: a slot is free, or no max_running);
+-- the engine waits for both. A queue without a control row reads nothing more.
 WITH RECURSIVE priorities (priority) AS (
     (SELECT j.priority FROM @schema@.jobs AS j
      WHERE j.queue = %(queue)s::text AND j.state = 'pending'
@@ -659,15 +688,42 @@ WITH RECURSIVE priorities (priority) AS (
                 AND j.priority < p.priority
             ORDER BY j.priority DESC LIMIT 1)
     FROM priorities AS p WHERE p.priority IS NOT NULL
+),
+delayed AS (
+    SELECT pg_catalog.date_part('epoch', min(n.run_at) - @schema@.alk_now()) AS s
+    FROM priorities AS p
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.priority = p.priority
+            AND j.run_at > @schema@.alk_now()
+        ORDER BY j.run_at LIMIT 1
+    ) AS n
+),
+control AS MATERIALIZED (
+    {limit_state}
+),
+waits AS (
+    SELECT
+        CASE WHEN c.tokens < 1 THEN (1 - c.tokens) / c.rate_per_s END AS token_s,
+        CASE WHEN c.live >= c.max_running THEN (
+            SELECT pg_catalog.date_part('epoch', min(j.claim_expires_at) - @schema@.alk_now())
+            FROM @schema@.jobs AS j
+            WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+                AND j.claim_expires_at >= @schema@.alk_now()
+        ) END AS lease_s
+    FROM control AS c
+    WHERE (c.max_running IS NOT NULL OR c.rate_per_s IS NOT NULL) AND (
+        -- The first ready job in claim order: a probe of the claim index (not EXISTS,
+        -- which would drop the order and let the planner scan for any ready row).
+        SELECT true FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'pending'
+            AND j.run_at <= @schema@.alk_now()
+            AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        ORDER BY {claim_order(alias = j)}
+        LIMIT 1
+    )
 )
-SELECT pg_catalog.date_part('epoch', min(n.run_at) - @schema@.alk_now())
-FROM priorities AS p
-CROSS JOIN LATERAL (
-    SELECT j.run_at FROM @schema@.jobs AS j
-    WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.priority = p.priority
-        AND j.run_at > @schema@.alk_now()
-    ORDER BY j.run_at LIMIT 1
-) AS n;
+SELECT d.s, w.token_s, w.lease_s FROM delayed AS d LEFT JOIN waits AS w ON true;
 
 -- name: schema_version
 SELECT version FROM @schema@.alk_schema_version;
@@ -707,7 +763,8 @@ LIMIT %(limit)s::bigint;
 -- summed over their shards (D27); plus the ids issued so far (the identity sequence;
 -- D23). With queue NULL, the queues are found by three skip scans (one index probe per
 -- distinct queue of the claim, lease and retention indexes: no walk of every row) and
--- in the small counter table; with a queue, only that one (listed even when empty).
+-- in the small counter table, plus every paused or limited queue (Q18); with a queue,
+-- only that one (listed even when empty). Q18.10: each queue's controls come along.
 -- The counts then walk each queue's entries in those partial indexes: counting is
 -- proportional to the rows counted, but never reads the table's payloads. The outer
 -- LEFT JOIN keeps one row (the clock) when no queue is listed.
@@ -748,9 +805,9 @@ queues (queue) AS (
     UNION SELECT queue FROM processing_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
     UNION SELECT f.queue FROM @schema@.queue_counters AS f WHERE %(queue)s::text IS NULL
-    -- Q18: every paused queue is listed.
+    -- Q18: every paused or limited queue is listed.
     UNION SELECT k.queue FROM @schema@.queue_controls AS k
-    WHERE k.paused AND %(queue)s::text IS NULL
+    WHERE (k.paused OR k.limited) AND %(queue)s::text IS NULL
 ),
 clock AS MATERIALIZED (
     SELECT
@@ -759,15 +816,16 @@ clock AS MATERIALIZED (
          FROM @schema@.jobs_id_seq AS s) AS issued
 )
 SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
-    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled, x.paused
+    x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled, x.paused,
+    x.max_running, x.rate_per_s, x.burst, x.throttled_running, x.throttled_rate, x.limited
 FROM clock AS c
 LEFT JOIN LATERAL (
     SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
-        d.dead, f.acked, f.dead_lettered, f.cancelled,
-        coalesce(
-            (SELECT k.paused FROM @schema@.queue_controls AS k WHERE k.queue = q.queue), false
-        ) AS paused
+        d.dead, f.acked, f.dead_lettered, f.cancelled, coalesce(k.paused, false) AS paused,
+        k.max_running, k.rate_per_s, k.burst, coalesce(k.throttled_running, 0) AS throttled_running,
+        coalesce(k.throttled_rate, 0) AS throttled_rate, coalesce(k.limited, false) AS limited
     FROM queues AS q
+    LEFT JOIN @schema@.queue_controls AS k ON k.queue = q.queue
     CROSS JOIN LATERAL (
         SELECT
             count(*) FILTER (WHERE j.run_at <= c.now) AS ready,
@@ -921,3 +979,131 @@ WITH control AS (
     RETURNING c.paused
 )
 SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT control.paused;
+
+-- Q18.7-Q18.11 queue limits. A limited queue's claims run as one transaction of their own
+-- (the engine's _limited.py): its barrier (the jobs table in ROW EXCLUSIVE mode), lock_limits, ack_claims when the claim
+-- acks first, then claim_limited. READ COMMITTED gives each statement a snapshot of its
+-- own, taken when it starts: a statement that waited for the control row's lock would
+-- still count the leases as they were before it waited, so the lock is taken by one
+-- statement and the leases are counted by the next, which sees every claim that held
+-- the lock before (they committed before releasing it). Claims of unlimited queues never
+-- take the lock.
+
+-- name: lock_limits
+-- Q18.7: lock the queue's control row until the claim commits (the limited claims of
+-- one queue take turns); whether the queue is still limited (no row: not).
+SELECT k.limited FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text FOR UPDATE;
+
+-- fragment: limit_state
+-- Q18.7/Q18.9: the queue's control row at alk_now() (no row: no controls): paused,
+-- max_running, rate_per_s, the bucket's tokens refilled to now (Q18.9: rate_per_s a
+-- second since refilled_at, up to burst; NULL without a rate), and `live`: the queue's
+-- processing rows under unexpired leases (a walk of the lease index's live entries).
+SELECT
+    k.paused, k.max_running, k.rate_per_s,
+    CASE WHEN k.rate_per_s IS NOT NULL THEN least(
+        k.burst::float8,
+        k.tokens + k.rate_per_s * greatest(
+            0, pg_catalog.date_part('epoch', @schema@.alk_now() - k.refilled_at)
+        )
+    ) END AS tokens,
+    (SELECT count(*) FROM @schema@.jobs AS j
+     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+        AND j.claim_expires_at >= @schema@.alk_now()) AS live
+FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text
+
+-- name: claim_limited
+-- Q3 under Q18.7/Q18.9, after lock_limits: the pre-claim sweep (counted: D27) and up to
+-- `allowed` claims: n, less the slots max_running leaves (max_running - live), less the
+-- whole tokens of the bucket; a paused queue hands out nothing. The walks take one row
+-- more than allowed, to tell whether a limit held the claim back (Q18.10): then each
+-- limit whose own allowance was the claim's counts one throttle. The bucket gives one
+-- token per job handed out. Without a control row (the limits were cleared), n.
+WITH control AS MATERIALIZED (
+    {limit_state}
+),
+allowance AS MATERIALIZED (
+    SELECT
+        coalesce(c.paused, false) AS paused, c.max_running, c.tokens, c.live,
+        greatest(0, least(
+            %(n)s::bigint,
+            coalesce(c.max_running - c.live, %(n)s::bigint),
+            coalesce(pg_catalog.floor(c.tokens)::bigint, %(n)s::bigint)
+        )) AS allowed
+    FROM (SELECT) AS one LEFT JOIN control AS c ON true
+),
+gate AS MATERIALIZED (
+    SELECT NOT a.paused AS open FROM allowance AS a
+),
+{claim_candidates(
+    walk = (SELECT least(%(n)s::bigint, a.allowed + 1) FROM allowance AS a),
+    take = (SELECT a.allowed FROM allowance AS a)
+)},
+counted AS (
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM swept) AS m WHERE m.n > 0, dead_lettered = m.n
+    )}
+),
+claimed AS (
+    {claim_update}
+),
+held AS MATERIALIZED (
+    SELECT a.*, a.allowed < least(
+        %(n)s::bigint, (SELECT count(*) FROM ready) + (SELECT count(*) FROM lapsed)
+    ) AS throttled
+    FROM allowance AS a
+),
+bucket AS (
+    UPDATE @schema@.queue_controls AS k SET
+        tokens = coalesce(h.tokens - (SELECT count(*) FROM picked), k.tokens),
+        refilled_at = CASE WHEN h.tokens IS NULL THEN k.refilled_at ELSE @schema@.alk_now() END,
+        throttled_running = k.throttled_running + (
+            h.throttled AND h.max_running IS NOT NULL
+            AND greatest(0, h.max_running - h.live) = h.allowed
+        )::integer,
+        throttled_rate = k.throttled_rate + (
+            h.throttled AND h.tokens IS NOT NULL AND pg_catalog.floor(h.tokens) = h.allowed
+        )::integer
+    FROM held AS h
+    WHERE k.queue = %(queue)s::text
+)
+SELECT * FROM claimed;
+
+-- name: set_limits
+-- Q18.11: the queue's limits (NULL: none), in the pause's transaction (set_paused: the
+-- jobs table in SHARE mode first, so every claim after it sees the new limits). With
+-- `refill`, or when the queue had no rate, the bucket starts full (tokens = burst);
+-- else it keeps its tokens, refilled to now at the old rate. The queue is woken (NOTIFY,
+-- at commit): looser limits may let its idle workers claim.
+WITH control AS (
+    INSERT INTO @schema@.queue_controls AS c (
+        queue, updated_at, max_running, rate_per_s, burst, tokens, refilled_at
+    )
+    VALUES (
+        %(queue)s::text, @schema@.alk_now(), %(max_running)s::integer,
+        %(rate_per_s)s::float8, %(burst)s::integer, coalesce(%(burst)s::float8, 0),
+        @schema@.alk_now()
+    )
+    ON CONFLICT (queue) DO UPDATE SET
+        updated_at = EXCLUDED.updated_at,
+        max_running = EXCLUDED.max_running,
+        rate_per_s = EXCLUDED.rate_per_s,
+        burst = EXCLUDED.burst,
+        tokens = CASE
+            WHEN %(refill)s::boolean OR c.rate_per_s IS NULL OR EXCLUDED.rate_per_s IS NULL
+                THEN EXCLUDED.tokens
+            ELSE least(
+                EXCLUDED.burst::float8,
+                c.tokens + c.rate_per_s * greatest(
+                    0, pg_catalog.date_part('epoch', EXCLUDED.refilled_at - c.refilled_at)
+                )
+            )
+        END,
+        refilled_at = EXCLUDED.refilled_at
+    RETURNING 1
+)
+SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control;
+
+-- name: wake
+-- Q18.7: wake the queue (NOTIFY): settling a limited queue's jobs freed slots.
+SELECT pg_catalog.pg_notify(%(channel)s::text, '');

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 6). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 7). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -138,10 +138,27 @@ CREATE TABLE @schema@.periodic (
 -- mode before its snapshot is taken, so the pause waits for the claims in flight (they
 -- saw the queue open and commit first), and a claim that comes later waits for the
 -- pause's commit and then takes a snapshot that sees the flag.
+--
+-- Q18.7-Q18.11: the limits are more columns of the row: max_running, the rate limit's
+-- token bucket (rate_per_s, burst, and the tokens it held at refilled_at), and how many
+-- claims each limit throttled. `limited` says whether any limit is set: the fast claim
+-- statements read it with `paused` and hand out nothing from a limited queue; the engine
+-- then claims from it with the limited claim (claim_limited in queries.sql), which
+-- serializes the queue's claims on this row's lock.
 CREATE TABLE @schema@.queue_controls (
     queue text PRIMARY KEY,
     paused boolean NOT NULL DEFAULT false,
-    updated_at timestamptz NOT NULL
+    updated_at timestamptz NOT NULL,
+    max_running integer CHECK (max_running >= 1),
+    rate_per_s double precision CHECK (rate_per_s > 0),
+    burst integer CHECK (burst >= 1),
+    tokens double precision NOT NULL DEFAULT 0,
+    refilled_at timestamptz,
+    throttled_running bigint NOT NULL DEFAULT 0,
+    throttled_rate bigint NOT NULL DEFAULT 0,
+    limited boolean NOT NULL
+        GENERATED ALWAYS AS (max_running IS NOT NULL OR rate_per_s IS NOT NULL) STORED,
+    CONSTRAINT queue_controls_burst_with_rate CHECK ((burst IS NULL) = (rate_per_s IS NULL))
 );
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (6);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (7);

@@ -1,0 +1,98 @@
+"""The reference model's queue limits (Q18.7-Q18.11), as plainly as the rules read.
+
+Each limited queue keeps its :class:`~alkstore_trio.QueueLimits`, its token bucket
+(tokens at ``refilled_at``) and its throttle counts. The model's claim asks
+:meth:`ModelLimits.take` how many of its sorted candidates it may hand out; the arithmetic
+is the core's (``_core._limits``), the counting of live leases the model's own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._core import NO_LIMITS, QueueLimits, Throttled
+from .._core import _limits as lim
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+
+class _Bucket:
+    def __init__(self, limits: QueueLimits, now: datetime) -> None:
+        self.limits = limits
+        self.tokens = float(limits.burst or 0)
+        self.refilled_at = now
+        self.throttled = Throttled()
+
+
+class ModelLimits:
+    """Every queue's limits in the model."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, _Bucket] = {}
+
+    def update(self, queue: str, limits: QueueLimits, refill: bool, now: datetime) -> None:
+        """Q18.11: new limits; the bucket starts full when ``refill`` or it had no rate,
+        else keeps its tokens (refilled to now at the old rate)."""
+        bucket = self._buckets.get(queue)
+        if bucket is None:
+            self._buckets[queue] = _Bucket(limits, now)
+            return
+        tokens = self._tokens(bucket, now)
+        bucket.tokens = float(limits.burst or 0) if refill or tokens is None else tokens
+        if limits.burst is not None:
+            bucket.tokens = min(bucket.tokens, float(limits.burst))
+        bucket.limits = limits
+        bucket.refilled_at = now
+
+    def get(self, queue: str) -> QueueLimits:
+        bucket = self._buckets.get(queue)
+        return NO_LIMITS if bucket is None else bucket.limits
+
+    def limited_queues(self) -> set[str]:
+        return {name for name, bucket in self._buckets.items() if bucket.limits.limited}
+
+    def stats(self, queue: str) -> tuple[QueueLimits | None, Throttled]:
+        bucket = self._buckets.get(queue)
+        if bucket is None:
+            return None, Throttled()
+        return (bucket.limits if bucket.limits.limited else None), bucket.throttled
+
+    @staticmethod
+    def _tokens(bucket: _Bucket, now: datetime) -> float | None:
+        if bucket.limits.rate_per_s is None:
+            return None
+        return lim.tokens_at(bucket.limits, bucket.tokens, bucket.refilled_at, now)
+
+    def take(self, queue: str, live: int, n: int, found: int, now: datetime) -> int:
+        """Q18.7/Q18.9/Q18.10: a claim of ``n`` found ``found`` candidates with ``live``
+        unexpired leases: how many it hands out; their tokens are taken and the
+        throttles counted."""
+        bucket = self._buckets.get(queue)
+        if bucket is None or not bucket.limits.limited:
+            return min(n, found)
+        tokens = self._tokens(bucket, now)
+        taken = min(found, lim.allowance(bucket.limits, live, tokens, n))
+        running, rate = lim.throttled_by(bucket.limits, live, tokens, n, found)
+        old = bucket.throttled
+        bucket.throttled = Throttled(running=old.running + running, rate=old.rate + rate)
+        if tokens is not None:
+            bucket.tokens = tokens - taken
+            bucket.refilled_at = now
+        return taken
+
+    def wait_s(
+        self, queue: str, live: int, earliest_lease_s: float | None, now: datetime
+    ) -> float | None:
+        """Q18.9: with ready jobs, how long until the limits let one out (``None``: now)."""
+        bucket = self._buckets.get(queue)
+        if bucket is None or not bucket.limits.limited:
+            return None
+        waits = []
+        tokens = self._tokens(bucket, now)
+        if tokens is not None and tokens < 1:
+            waits.append(lim.seconds_to_token(bucket.limits, tokens))
+        cap = bucket.limits.max_running
+        if cap is not None and live >= cap and earliest_lease_s is not None:
+            waits.append(earliest_lease_s)
+        return max(waits) if waits else None
