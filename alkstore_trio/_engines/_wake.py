@@ -130,7 +130,8 @@ class WakeHub:
 
     def publish_due(self, queue: str, due_in_s: float | None) -> None:
         """R11: wake every listener of ``queue`` for a job due in ``due_in_s`` seconds
-        (> 0), or ready now (``None``: the same as :meth:`publish`)."""
+        (>= 0; 0 is "due now": what a listener knew of the queue's next due time is
+        stale, Q18.7), or ready now (``None``: the same as :meth:`publish`)."""
         for listener in self._by_queue.get(queue, ()):
             listener._deliver(queue, due_in_s)
 

@@ -258,9 +258,12 @@ class MemoryEngine:
 
     def _freed(self, table: JobTable, queue: str, freed: int) -> None:
         """Q18.7: settling ``freed`` leases of a limited queue (more than its claim took
-        back) frees slots: wake the queue, so idle workers claim them at once."""
+        back) frees slots: wake the queue, so idle workers claim them at once. The wake
+        says "due now" (R11): a worker that knew a later due time for the queue (the
+        lease lapse it waited for, Q18.9) looks the queue up again if the claim this wake
+        starts comes back short, say because a rate limit throttled it."""
         if freed > 0 and table.limits.limited(queue):
-            self.wakes.publish({queue})
+            self.wakes.publish_due(queue, 0.0)
 
     # Q16 / R11
     async def next_due_in_s(self, queue: str) -> float | None:

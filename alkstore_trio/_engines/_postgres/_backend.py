@@ -663,12 +663,13 @@ class PostgresEngine:
 
 
 def _due_in_s(payload: str) -> float | None:
-    """R11: a wake's payload as seconds until due (> 0 and finite), else ``None``."""
+    """R11: a wake's payload as seconds until due (>= 0 and finite; exactly 0 is a
+    limited queue's freed slots, "due now", Q18.7), else ``None``."""
     try:
         seconds = float(payload)
     except ValueError:
         return None
-    return seconds if 0 < seconds < math.inf else None
+    return seconds if 0 <= seconds < math.inf else None
 
 
 def _claim_params(

@@ -1105,5 +1105,7 @@ WITH control AS (
 SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control;
 
 -- name: wake
--- Q18.7: wake the queue (NOTIFY): settling a limited queue's jobs freed slots.
-SELECT pg_catalog.pg_notify(%(channel)s::text, '');
+-- Q18.7: wake the queue (NOTIFY): settling a limited queue's jobs freed slots. The
+-- payload '0' is R11's "due now": a worker that waited for a later time (the lease lapse
+-- of Q18.9) looks the queue's next due time up again after a short claim.
+SELECT pg_catalog.pg_notify(%(channel)s::text, '0');
