@@ -318,12 +318,16 @@ class ClaimBook:
             return True
         return False
 
-    def looked_up(self, queue: str, at: float) -> bool:
-        """A lookup found ``queue``'s next delayed job due at ``at`` (``inf``: none).
-        True: ask the timer to wake the queue then."""
+    def looked_up(self, queue: str, at: float, sent_at: float) -> bool:
+        """A lookup sent at ``sent_at`` found ``queue``'s next delayed job due at ``at``
+        (``inf``: none). True: ask the timer to wake the queue then. A known due time
+        that had passed when the lookup was sent is replaced: the lookup is the newer
+        answer (kept, every later short claim looked the queue up again until the next
+        re-poll). One still ahead stays when it is earlier (a wake announced it while the
+        lookup was on its way)."""
         self.lookups.discard(queue)
-        known = self.due.get(queue, math.inf)
-        self.due[queue] = min(known, at)
+        known = self.due.get(queue)
+        self.due[queue] = at if known is None or known <= sent_at else min(known, at)
         return at < math.inf
 
     def lookup_failed(self, queue: str) -> None:

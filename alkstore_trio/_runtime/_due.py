@@ -94,6 +94,7 @@ class DueTimes:
         book = self._book
         while book.lookups and not book.stopping:
             name = book.lookups.pop()
+            sent_at = trio.current_time()
             try:
                 seconds = await self._queues[name].next_due_in_s()
             except EngineError as exc:
@@ -102,5 +103,5 @@ class DueTimes:
                 continue
             # Counted from the answer's arrival: never early by the round trip.
             at = math.inf if seconds is None else trio.current_time() + seconds
-            if book.looked_up(name, at):
+            if book.looked_up(name, at, sent_at):
                 self._wake_at(name, at)

@@ -31,7 +31,7 @@ def test_r11_a_short_claim_looks_up_an_unknown_due_time_once():
     b = book()
     b.claimed("a", [], 5, sent_at=0.0, now=0.0)
     assert b.lookups == {"a"}
-    assert b.looked_up("a", math.inf) is False  # none: no timer
+    assert b.looked_up("a", math.inf, sent_at=0.0) is False  # none: no timer
     assert b.lookups == set()
     b.wake({"a"})
     b.claimed("a", [], 5, sent_at=1.0, now=1.0)
@@ -47,18 +47,40 @@ def test_r11_a_full_claim_never_looks_up():
 
 def test_r11_a_passed_due_time_is_looked_up_again_after_a_short_claim():
     b = book()
-    assert b.looked_up("a", 10.0) is True  # a timer wake at 10
+    assert b.looked_up("a", 10.0, sent_at=0.0) is True  # a timer wake at 10
     b.claimed("a", [], 5, sent_at=5.0, now=5.0)
     assert b.lookups == set()  # 10 is still ahead: nothing earlier is unannounced
     b.claimed("a", [], 5, sent_at=10.0, now=10.0)
     assert b.lookups == {"a"}
 
 
+def test_r11_a_lookup_replaces_a_due_time_that_had_passed():
+    b = book()
+    b.looked_up("a", 10.0, sent_at=0.0)
+    b.claimed("a", [], 5, sent_at=10.0, now=10.0)  # 10 passed: look up again
+    assert b.looked_up("a", math.inf, sent_at=10.0) is False  # nothing delayed any more
+    b.wake({"a"})
+    b.claimed("a", [], 5, sent_at=11.0, now=11.0)
+    assert b.lookups == set()  # known: nothing delayed; not one lookup per short claim
+
+
+def test_r11_a_lookup_keeps_an_earlier_due_time_announced_while_it_was_on_its_way():
+    b = book()
+    b.looked_up("a", 10.0, sent_at=0.0)
+    b.claimed("a", [], 5, sent_at=10.0, now=10.0)
+    assert b.lookups == {"a"}
+    assert b.announced("a", 12.0, now=10.5) is True  # a wake, while the lookup travels
+    b.looked_up("a", 30.0, sent_at=10.0)
+    assert b.due["a"] == 30.0  # the wake's timer at 12 was asked for already
+    b.looked_up("a", 40.0, sent_at=11.0)
+    assert b.due["a"] == 30.0  # 30 is still ahead and earlier: it stays
+
+
 def test_r11_an_announced_due_time_needs_a_timer_only_when_earlier_than_the_known_one():
     b = book()
     assert b.announced("a", 50.0, now=0.0) is True  # unknown: wake then, stay unknown
     assert "a" not in b.due
-    b.looked_up("a", 20.0)
+    b.looked_up("a", 20.0, sent_at=0.0)
     assert b.announced("a", 30.0, now=1.0) is False  # the wake at 20 comes first
     assert b.announced("a", 15.0, now=1.0) is True
     assert b.due["a"] == 15.0
@@ -67,8 +89,8 @@ def test_r11_an_announced_due_time_needs_a_timer_only_when_earlier_than_the_know
 
 def test_r11_the_repoll_forgets_every_due_time_and_a_backoff_retry_looks_up_at_once():
     b = book()
-    b.looked_up("a", math.inf)
-    b.looked_up("b", 9.0)
+    b.looked_up("a", math.inf, sent_at=0.0)
+    b.looked_up("b", 9.0, sent_at=0.0)
     b.tick()
     assert b.due == {}
     b.retried_unknown("b")
