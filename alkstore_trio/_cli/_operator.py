@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
 from .. import postgres
+from .._core import _validate as v
 from .._errors import EngineError, InvalidArgument, SchemaError
 from .._open import open_store
 from ._args import (
@@ -72,7 +73,9 @@ def add_command(
 
 
 @asynccontextmanager
-async def operator_store(args: argparse.Namespace) -> AsyncIterator[Store]:
+async def operator_store(
+    args: argparse.Namespace, *, max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES
+) -> AsyncIterator[Store]:
     """Open the store of ``--dsn``/``--schema`` for one operator command; connection and
     schema failures become one line (password masked) with the fix."""
     dsn: str = args.dsn
@@ -84,6 +87,7 @@ async def operator_store(args: argparse.Namespace) -> AsyncIterator[Store]:
         async with open_store(
             dsn,
             schema=args.schema,
+            max_payload_bytes=max_payload_bytes,
             pool_size=2,
             connect_timeout_s=args.connect_timeout,
             application_name=OPERATOR_APPLICATION_NAME,

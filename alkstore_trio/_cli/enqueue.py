@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from typing import TYPE_CHECKING
 
 from .._core import _validate as v
 from .._errors import InvalidArgument
-from ._args import EXIT_OK, int_in, queue_name, signed_seconds
+from ._args import EXIT_OK, CommandFailed, UsageProblem, int_in, queue_name, signed_seconds
 from ._operator import add_command, operator_store
 from ._output import say
 
@@ -60,8 +62,18 @@ def add_parser(
         "--payload-file",
         metavar="FILE",
         dest="payload",
-        type=_payload_file,
-        help="the payload: the bytes of FILE (- for stdin)",
+        type=PayloadFile,
+        help="the payload: the bytes of FILE (- for stdin), at most --max-payload-bytes",
+    )
+    enqueue.add_argument(
+        "--max-payload-bytes",
+        metavar="N",
+        type=int_in(0, 2**30),
+        default=v.DEFAULT_MAX_PAYLOAD_BYTES,
+        help=(
+            "refuse a larger payload before reading it, as a store opened with "
+            "max_payload_bytes=N does (default 1048576: the library's default)"
+        ),
     )
     enqueue.add_argument(
         "--priority",
@@ -159,17 +171,50 @@ def _payload_json(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def _payload_file(text: str) -> bytes:
-    """An argparse ``type`` for ``--payload-file``: the file's bytes (``-``: stdin)."""
-    if text == "-":
-        return sys.stdin.buffer.read()
-    try:
-        with open(text, "rb") as file:
-            return file.read()
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(
-            f"cannot read {text!r}: {exc.strerror or type(exc).__name__}; check the path"
-        ) from None
+class PayloadFile:
+    """An argparse ``type`` for ``--payload-file``: the file (``-``: stdin), read by
+    :meth:`read` once the size limit (``--max-payload-bytes``) is known. A file that
+    cannot be opened is a usage error at once."""
+
+    def __init__(self, text: str) -> None:
+        self._path = text
+        if text != "-":
+            try:
+                with open(text, "rb"):
+                    pass
+            except OSError as exc:
+                raise argparse.ArgumentTypeError(self._cannot_read(exc)) from None
+
+    def _cannot_read(self, exc: OSError) -> str:
+        return f"cannot read {self._path!r}: {exc.strerror or type(exc).__name__}; check the path"
+
+    def read(self, limit: int) -> bytes:
+        """The payload, never more than ``limit`` bytes read (and never more than
+        ``limit + 1`` held): a larger one raises :class:`UsageProblem` before it is read.
+        A regular file's size is checked before reading; stdin is read up to one byte
+        past the limit."""
+        too_big = (
+            f"the payload of --payload-file {self._path!r} is larger than "
+            f"--max-payload-bytes {limit}; raise --max-payload-bytes (the workers' stores "
+            "must accept it too: open_store(max_payload_bytes=...))"
+        )
+        if self._path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+            if len(data) > limit:
+                raise UsageProblem(too_big)
+            return data
+        try:
+            with open(self._path, "rb") as file:
+                info = os.fstat(file.fileno())
+                size = info.st_size
+                if stat.S_ISREG(info.st_mode) and size > limit:
+                    raise UsageProblem(too_big.replace("is larger", f"is {size} bytes, larger"))
+                data = file.read(limit + 1)
+        except OSError as exc:
+            raise CommandFailed(self._cannot_read(exc)) from None
+        if len(data) > limit:
+            raise UsageProblem(too_big)
+        return data
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -217,9 +262,17 @@ class _HeadersAction(argparse.Action):
 async def run(args: argparse.Namespace) -> int:
     if args.unique_for_s is not None and args.unique_key is None:
         args.usage_error("--unique-for-s needs --unique-key")
-    async with operator_store(args) as store:
+    payload = args.payload
+    if isinstance(payload, PayloadFile):
+        payload = payload.read(args.max_payload_bytes)
+    elif len(payload) > args.max_payload_bytes:
+        args.usage_error(
+            f"the payload of --payload-json is larger than --max-payload-bytes "
+            f"{args.max_payload_bytes}; raise --max-payload-bytes"
+        )
+    async with operator_store(args, max_payload_bytes=args.max_payload_bytes) as store:
         job_id = await store.queue(args.queue).enqueue(
-            args.payload,
+            payload,
             priority=args.priority,
             delay_s=args.delay_s,
             max_attempts=args.max_attempts,
