@@ -86,6 +86,7 @@ FRAGMENT_USERS = {
         "claim", "ack_claims_and_claim", "claim_limited", "get_job", "find_job", "list_live",
         "list_dead",
     },
+    "inline_payload": {"get_job", "find_job"},  # Q8: a large payload read apart
     "claim_gate": {"claim", "ack_claims_and_claim"},  # Q18
     "claim_candidates": {"claim", "ack_claims_and_claim", "claim_limited"},
     "claim_update": {"claim", "ack_claims_and_claim", "claim_limited"},
@@ -134,7 +135,7 @@ def test_queries_the_job_fields_are_the_fields_the_backend_reads_in_its_order():
     # _backend._job reads rows by position: id .. last_error, headers, died_at, unique_key.
     body = " ".join(LIBRARY.fragments["job_fields"].body.split())
     assert body == (
-        "j.id, j.queue, j.payload, j.priority, {state} AS state, j.attempts, j.max_attempts, "
+        "j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attempts, "
         "j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, "
         "j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error, "
         "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key"
@@ -154,6 +155,7 @@ CONTRACT_WORDS = {
 }  # fmt: skip
 CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
 CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
+CONTRACT_WORDS |= {"payload_slice"}  # Q8: a large payload, read in slices
 CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 
 

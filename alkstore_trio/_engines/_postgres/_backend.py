@@ -39,7 +39,7 @@ from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
-from . import _driver, _limited, _periodic, _pool, _rows, _schema, _sql, _unique
+from . import _driver, _limited, _periodic, _pool, _reads, _rows, _schema, _sql, _unique
 from ._dsn import describe
 from ._options import _Conninfo, check_options, driver_connect
 from ._rows import job as _job
@@ -168,12 +168,17 @@ class PostgresEngine:
     async def _run(self, name: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
         return await self._execute(self._q[name], params)
 
-    async def _execute(self, query: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+    async def _execute_binary(self, query: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        return await self._execute(query, params, binary=True)
+
+    async def _execute(
+        self, query: str, params: dict[str, object], *, binary: bool = False
+    ) -> list[tuple[Any, ...]]:
         if self._closed or self._pool is None:
             raise StoreClosed("the store is closed")
         try:
             async with self._pool.connection() as conn:
-                return await conn.execute(query, params)
+                return await conn.execute(query, params, binary=binary)
         except psycopg.Error as exc:
             raise _engine_error(exc) from exc
         except _pool.PoolClosed as exc:
@@ -357,11 +362,10 @@ class PostgresEngine:
         return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
-        if queue is None:
-            rows = await self._run("find_job", {"id": job_id})
-        else:
-            rows = await self._run("get_job", {"id": job_id, "queue": queue})
-        return _job(rows[0]) if rows else None
+        name, params = ("find_job", {}) if queue is None else ("get_job", {"queue": queue})
+        return await _reads.read_job(
+            self._execute_binary, self._q[name], self._q["payload_slice"], {**params, "id": job_id}
+        )
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         ((expired, purged),) = await self._run(

@@ -143,7 +143,7 @@ class Connection(ABC):
 
     @abstractmethod
     async def execute(
-        self, query: str | bytes, params: Params | None = None
+        self, query: str | bytes, params: Params | None = None, *, binary: bool = False
     ) -> list[tuple[Any, ...]]:
         """Run one statement and return all of its rows.
 
@@ -152,6 +152,8 @@ class Connection(ABC):
                 ``%s`` (sequence) or ``%(name)s`` (mapping), sent to the server as
                 ``$n`` parameters (never interpolated); a literal ``%`` is then ``%%``.
             params: The values, or ``None`` for a statement without parameters.
+            binary: Ask for the results in binary format (a bytea arrives as its bytes,
+                not as hex text twice their size).
 
         Returns:
             The rows as tuples, or ``[]`` for a statement that returns none.

@@ -221,13 +221,13 @@ class _NativeConnection(Connection):
         return pq.TransactionStatus(self._pgconn.transaction_status)
 
     async def execute(
-        self, query: str | bytes, params: Params | None = None
+        self, query: str | bytes, params: Params | None = None, *, binary: bool = False
     ) -> list[tuple[Any, ...]]:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
         cursor = self._cursor
         try:
-            await cursor.execute(query, params)
+            await cursor.execute(query, params, binary=binary or None)
             result = cursor.pgresult
             return await cursor.fetchall() if _has_rows(result) else []
         except psycopg.Error as exc:

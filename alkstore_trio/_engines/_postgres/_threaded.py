@@ -163,12 +163,12 @@ class _ThreadConnection(Connection):
                 raise
 
     async def execute(
-        self, query: str | bytes, params: Params | None = None
+        self, query: str | bytes, params: Params | None = None, *, binary: bool = False
     ) -> list[tuple[Any, ...]]:
         cursor = self._cursor
 
         def run() -> list[tuple[Any, ...]]:
-            cursor.execute(query, params)
+            cursor.execute(query, params, binary=binary or None)
             return cursor.fetchall() if _has_rows(cursor.pgresult) else []
 
         return await self._call(run)

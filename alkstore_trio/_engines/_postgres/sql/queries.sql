@@ -36,13 +36,14 @@
 -- fragment. They name every column: their results never change shape when a migration
 -- adds a column to a table.
 
--- fragment: job_fields(state, died_at)
+-- fragment: job_fields(state, died_at, payload = j.payload)
 -- D30: the Job fields, in the order _backend._job reads them: the columns of jobs up to
 -- last_error (with the row's state given by `state`), then nullif(headers, '{}'), then
 -- `died_at`, then the unique key (Q15). The rows are `j`. The nullif makes a job without
 -- headers (the usual case) a NULL, which the client turns into no headers without
--- parsing any JSON.
-j.id, j.queue, j.payload, j.priority, {state} AS state, j.attempts, j.max_attempts,
+-- parsing any JSON. `payload` is the payload column's expression (the reads of one job
+-- send a large payload apart, in slices: see get_job).
+j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attempts,
 j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at,
 j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,
 nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key
@@ -604,15 +605,36 @@ counted AS (
 )
 SELECT id FROM cancelled;
 
+-- fragment: inline_payload
+-- Q8: a read of one job sends its payload along when it is at most inline_max bytes,
+-- else NULL; the last column is the payload's size. The client then reads a larger one
+-- in slices (payload_slice), so neither the server's result nor the client's copy of it
+-- holds a large payload whole: a 100 MiB payload read back peaked at 6x its size in the
+-- client in one result (hex text, then bytes), about 1x in slices.
+CASE WHEN pg_catalog.octet_length(j.payload) <= %(inline_max)s::integer THEN j.payload END
+
 -- name: get_job
--- Q8: this queue's row, live or dead.
+-- Q8: this queue's row, live or dead (a large payload apart: inline_payload).
 SELECT
-    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+    {job_fields(state = j.state, died_at = NULL::timestamptz, payload = {inline_payload})},
+    pg_catalog.octet_length(j.payload)
 FROM @schema@.jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text
 UNION ALL
 SELECT
-    {job_fields(state = 'dead', died_at = j.died_at)}
+    {job_fields(state = 'dead', died_at = j.died_at, payload = {inline_payload})},
+    pg_catalog.octet_length(j.payload)
 FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
+
+-- name: payload_slice
+-- Q8: `len` bytes of a job's payload from byte `start` (1-based), live or dead. A job's
+-- payload never changes while its id exists (a redrive moves it whole), so slices read
+-- by separate statements make up the payload the first read saw; no row: the job left.
+SELECT pg_catalog.substring(j.payload, %(start)s::integer, %(len)s::integer)
+FROM @schema@.jobs AS j WHERE id = %(id)s::bigint
+UNION ALL
+SELECT pg_catalog.substring(j.payload, %(start)s::integer, %(len)s::integer)
+FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint
+LIMIT 1;
 
 -- name: sweep_expired
 -- Q9: expired live rows to dead ('expired'; counted: D27), then purge dead rows past
@@ -729,13 +751,16 @@ SELECT d.s, w.token_s, w.lease_s FROM delayed AS d LEFT JOIN waits AS w ON true;
 SELECT version FROM @schema@.alk_schema_version;
 
 -- name: find_job
--- D26: the row with this id, live or dead, of any queue (primary-key lookups).
+-- D26: the row with this id, live or dead, of any queue (primary-key lookups; a large
+-- payload apart, as in get_job).
 SELECT
-    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+    {job_fields(state = j.state, died_at = NULL::timestamptz, payload = {inline_payload})},
+    pg_catalog.octet_length(j.payload)
 FROM @schema@.jobs AS j WHERE id = %(id)s::bigint
 UNION ALL
 SELECT
-    {job_fields(state = 'dead', died_at = j.died_at)}
+    {job_fields(state = 'dead', died_at = j.died_at, payload = {inline_payload})},
+    pg_catalog.octet_length(j.payload)
 FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint;
 
 -- name: list_live
@@ -930,7 +955,7 @@ held AS (
     FROM @schema@.periodic AS p
     WHERE p.name = ANY (%(names)s::text[])
     ORDER BY p.name
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF p SKIP LOCKED
 )
 SELECT r.name, r.expression, r.tz, r.next_fire_at, t.now
 FROM t LEFT JOIN (SELECT * FROM made UNION ALL SELECT * FROM held) AS r ON true;
