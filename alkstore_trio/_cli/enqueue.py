@@ -50,31 +50,7 @@ def add_parser(
     enqueue.add_argument(
         "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
     )
-    payload = enqueue.add_mutually_exclusive_group(required=True)
-    payload.add_argument(
-        "--payload-json",
-        metavar="JSON",
-        dest="payload",
-        type=_payload_json,
-        help="the payload: a JSON text, stored as UTF-8",
-    )
-    payload.add_argument(
-        "--payload-file",
-        metavar="FILE",
-        dest="payload",
-        type=PayloadFile,
-        help="the payload: the bytes of FILE (- for stdin), at most --max-payload-bytes",
-    )
-    enqueue.add_argument(
-        "--max-payload-bytes",
-        metavar="N",
-        type=int_in(0, 2**30),
-        default=v.DEFAULT_MAX_PAYLOAD_BYTES,
-        help=(
-            "refuse a larger payload before reading it, as a store opened with "
-            "max_payload_bytes=N does (default 1048576: the library's default)"
-        ),
-    )
+    _add_payload_options(enqueue)
     enqueue.add_argument(
         "--priority",
         metavar="N",
@@ -109,6 +85,35 @@ def add_parser(
         ),
     )
     _add_unique_options(enqueue)
+
+
+def _add_payload_options(enqueue: argparse.ArgumentParser) -> None:
+    """``--payload-json`` or ``--payload-file``, and ``--max-payload-bytes``."""
+    payload = enqueue.add_mutually_exclusive_group(required=True)
+    payload.add_argument(
+        "--payload-json",
+        metavar="JSON",
+        dest="payload",
+        type=_payload_json,
+        help="the payload: a JSON text, stored as UTF-8",
+    )
+    payload.add_argument(
+        "--payload-file",
+        metavar="FILE",
+        dest="payload",
+        type=PayloadFile,
+        help="the payload: the bytes of FILE (- for stdin), at most --max-payload-bytes",
+    )
+    enqueue.add_argument(
+        "--max-payload-bytes",
+        metavar="N",
+        type=int_in(0, 2**30),
+        default=v.DEFAULT_MAX_PAYLOAD_BYTES,
+        help=(
+            "refuse a larger payload before reading it, as a store opened with "
+            "max_payload_bytes=N does (default 1048576: the library's default)"
+        ),
+    )
 
 
 def _add_unique_options(enqueue: argparse.ArgumentParser) -> None:
