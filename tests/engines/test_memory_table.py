@@ -1020,6 +1020,7 @@ def big_table(n: int) -> JobTable:
     return table
 
 
+@pytest.mark.xdist_group("heavy")  # a wall-clock bound: one at a time
 def test_q3_perf_100k_jobs_claimed_in_batches_of_1_and_100_with_enqueues():
     """With 100,000 queued jobs a claim pops from a heap (O(log n)); a claim that scanned
     the table would cost ~100,000 row checks each, i.e. minutes for this test."""
@@ -1058,6 +1059,7 @@ def test_q3_perf_100k_jobs_claimed_in_batches_of_1_and_100_with_enqueues():
     assert drain_time[0] < 5.0, f"draining 100,000 rows took {drain_time[0]:.3f}s"
 
 
+@pytest.mark.xdist_group("heavy")  # a wall-clock bound: one at a time
 def test_q3_perf_lapsed_leases_are_reclaimed_without_a_scan():
     table = big_table(10_000)
     while table.claim("q", "w", 1000, T0):
