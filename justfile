@@ -31,7 +31,7 @@ fmt:
 
 # Benchmarks (never part of the default test run).
 bench *ARGS:
-    pytest tests/benchmarks tests/benchmarks/bench_driver.py -m bench -s {{ARGS}}
+    pytest tests/benchmarks tests/benchmarks/bench_driver.py -m bench -s -n 0 {{ARGS}}
 
 # Build the documentation site into site/ (git-ignored); any warning is an error.
 docs:
@@ -41,7 +41,7 @@ docs:
 # slow ones; the rows a run leaves out keep their earlier figures.
 [doc("Run the tests behind docs/explanation/guarantees.md, then write their figures into it.")]
 figures *ARGS:
-    status=0; pytest tests/faults tests/security tests/stateful tests/runtime/test_history_worker.py -p no:randomly --figures {{ARGS}} || status=$?; python tests/tools/guarantees_figures.py; exit $status
+    status=0; pytest tests/faults tests/security tests/stateful tests/runtime/test_history_worker.py -p no:randomly -n 0 --figures {{ARGS}} || status=$?; python tests/tools/guarantees_figures.py; exit $status
 
 # Long soaks and slow tests.
 slow *ARGS:

@@ -196,7 +196,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     commit, dirty = _git_commit(root)
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = {
-        node: {
+        _without_xdist_group(node): {
             "outcome": run.outcomes.get(node, "failed"),
             "figures": figures.values,
             "date": date,
@@ -209,6 +209,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     }
     if entries:
         write_figures(figures_path(root), entries)
+
+
+def _without_xdist_group(node_id: str) -> str:
+    """The test's node id without the ``@group`` that pytest-xdist's ``--dist loadgroup``
+    appends (``tests/faults/test_x.py::test_y@heavy``): a test keeps one entry."""
+    at = node_id.rfind("@")
+    return node_id[:at] if at > node_id.rfind("]") else node_id
 
 
 def figures_path(root: Path) -> Path:

@@ -4,7 +4,13 @@ The server comes from ``ALKSTORE_TEST_DSN``, else the local default below if it 
 Without a server, tests that use ``pg_dsn`` are skipped with one line saying how to
 enable them, unless ``ALKSTORE_REQUIRE_PG=1`` (CI), which turns the skip into a failure.
 
-Every folder also gets the ``figures`` fixture of ``tests/_figures.py``.
+Every folder also gets the ``figures`` fixture of ``tests/_figures.py``. The default run
+is spread over worker processes by pytest-xdist: ``tests/_parallel.py`` says how many,
+and which tests never run together.
+
+Every PostgreSQL test works in a schema of its own with a random name, finds its own
+sessions by a random ``application_name``, and binds only port 0: workers (and two
+checkouts on one server) never see each other's rows or sessions.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ import os
 import pytest
 
 #: The ``figures`` fixture (``tests/_figures.py``): numbers a test measured, written at the
-#: end of the session for ``docs/explanation/guarantees.md``.
-pytest_plugins = ["_figures"]
+#: end of the session for ``docs/explanation/guarantees.md``; and how the run is spread
+#: over pytest-xdist's workers (``tests/_parallel.py``).
+pytest_plugins = ["_figures", "_parallel"]
 
 #: The server used when ``ALKSTORE_TEST_DSN`` is not set.
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"

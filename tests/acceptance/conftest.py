@@ -133,6 +133,11 @@ def _postgres_environment(
     if _runs_postgres_text(request.node) != "snippet":
         yield
         return
+    code = request.node.callspec.params["code"]
+    assert "ALKSTORE_SCHEMA" in code, (
+        "a PostgreSQL snippet of the docs takes its schema from ALKSTORE_SCHEMA (this test "
+        "gives it a fresh one): a fixed name is shared by every run on the server at once"
+    )
     schema = "alk_docs_" + secrets.token_hex(5)
     migrated = _run([sys.executable, "-m", "alkstore_trio", "migrate", "--schema", schema])
     assert migrated.returncode == 0, migrated.stderr

@@ -234,16 +234,18 @@ async def test_concurrent_statements_on_one_connection_run_one_after_the_other(c
 # -- transactions ----------------------------------------------------------------------
 
 
-async def test_transaction_commits_when_the_block_ends(conn, observer):
-    await conn.execute("CREATE TABLE IF NOT EXISTS tx_commit_test (x int)")
-    await conn.execute("TRUNCATE tx_commit_test")
+async def test_transaction_commits_when_the_block_ends(conn, observer, schema):
+    # A table of this test's own schema (dropped after it): the observer must see it, so
+    # not a temporary table; and not a fixed name that a parallel run also creates.
+    table = f'"{schema}".tx_commit_test'
+    await conn.execute(f'CREATE SCHEMA "{schema}"')
+    await conn.execute(f"CREATE TABLE {table} (x int)")
     async with conn.transaction():
-        await conn.execute("INSERT INTO tx_commit_test VALUES (1)")
+        await conn.execute(f"INSERT INTO {table} VALUES (1)")
         assert conn.transaction_status == INTRANS
-        assert await observer.execute("SELECT count(*) FROM tx_commit_test") == [(0,)]
+        assert await observer.execute(f"SELECT count(*) FROM {table}") == [(0,)]
     assert conn.transaction_status == IDLE
-    assert await observer.execute("SELECT count(*) FROM tx_commit_test") == [(1,)]
-    await conn.execute("DROP TABLE tx_commit_test")
+    assert await observer.execute(f"SELECT count(*) FROM {table}") == [(1,)]
 
 
 async def test_transaction_rolls_back_when_the_block_raises(conn):

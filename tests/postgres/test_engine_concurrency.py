@@ -145,6 +145,7 @@ async def _read_line(stream, buffer: bytearray) -> bytes:
     return line
 
 
+@pytest.mark.xdist_group("heavy")  # a fleet of processes: one at a time
 async def test_q3_four_processes_drain_twenty_thousand_jobs_exactly_once(pg_dsn, schema):
     total, n_procs, tasks, batch = 20_000, 4, 2, 100
     async with open_pg(pg_dsn, schema, pool_size=2) as store:

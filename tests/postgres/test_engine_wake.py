@@ -58,6 +58,7 @@ async def sessions(pg_dsn, application_name):
     return sorted(pid for (pid,) in rows)
 
 
+@pytest.mark.xdist_group("heavy")  # a wall-clock bound: one at a time
 async def test_q2_wake_driven_claim_loop_across_stores_is_prompt(pg_dsn, schema):
     iterations = 200
     latencies = []

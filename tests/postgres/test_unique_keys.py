@@ -83,6 +83,7 @@ async def _run_enqueuers(pg_dsn, schema, queue, key, n_procs, tasks):
     return results
 
 
+@pytest.mark.xdist_group("heavy")  # a fleet of processes: one at a time
 async def test_q15_eight_processes_of_fifty_tasks_enqueue_one_key_and_one_job_exists(
     pg_dsn, schema
 ):
