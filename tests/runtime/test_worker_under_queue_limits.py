@@ -77,6 +77,7 @@ def pg_schema(pg_dsn):
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
+@pytest.mark.xdist_group("heavy")  # real time: a rate within 15 %
 async def test_q18_7_q18_9_a_worker_under_both_limits_keeps_the_rate_on_postgresql(
     pg_dsn, pg_schema
 ):
