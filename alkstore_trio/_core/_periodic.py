@@ -189,14 +189,26 @@ class Periodic:
         cronsim = _cronsim()
         zone = ZoneInfo(self.tz)
         for local in cronsim.CronSim(self.cron, fire.astimezone(zone), reverse=True):
-            yield local.astimezone(UTC)
+            at: datetime = local.astimezone(UTC)
+            if at < fire:  # see _cron_next: in a fold, local order is not time order
+                yield at
 
 
 def _cron_next(p: Periodic, after: datetime) -> datetime:
+    """The first cron fire time later than ``after`` (UTC).
+
+    cronsim walks local wall-clock time, and fires an ambiguous local time once, at its
+    first occurrence (Q17.7). Started inside a fold's second hour (after the clocks
+    went back), it answers that first occurrence, which is an hour *earlier* than the
+    start: so the walk goes on until a time later than ``after`` in UTC. Without this, a
+    schedule created or planned in that hour got a next fire time in the past, and
+    never advanced past it (the state machine found it, across Berlin's fall-back)."""
     cronsim = _cronsim()
-    local = next(cronsim.CronSim(p.cron, after.astimezone(ZoneInfo(p.tz))))
-    result: datetime = local.astimezone(UTC)
-    return result
+    for local in cronsim.CronSim(p.cron, after.astimezone(ZoneInfo(p.tz))):
+        result: datetime = local.astimezone(UTC)
+        if result > after:
+            return result
+    raise AssertionError("unreachable: a cron expression fires forever")  # pragma: no cover
 
 
 def _step(every_s: float) -> timedelta:

@@ -42,7 +42,15 @@ def _successor(p: Periodic, instant: datetime) -> datetime:
     from cronsim import CronSim  # the `cron` extra, needed only for cron schedules
 
     zone = ZoneInfo(p.tz)
-    return next(CronSim(p.cron or "", instant.astimezone(zone))).astimezone(UTC)
+    # cronsim walks wall-clock time; in a fold's second hour its next time can be the
+    # hour's first occurrence, before ``instant``: only a later instant is a successor.
+    return next(
+        at
+        for at in (
+            local.astimezone(UTC) for local in CronSim(p.cron or "", instant.astimezone(zone))
+        )
+        if at > instant
+    )
 
 
 class PeriodicModel:

@@ -59,6 +59,23 @@ def test_q17_7_a_daily_job_in_the_repeated_hour_of_the_fall_back_day_runs_once(
     assert on_the_day == [first_occurrence]
 
 
+@pytest.mark.parametrize("minute", [0, 1, 29, 31, 59])
+def test_q17_7_a_schedule_planned_in_the_repeated_hour_after_its_fire_waits_for_the_next_day(
+    minute,
+):
+    # Found by the state machine: Berlin's 02:30 fires at its first occurrence (00:30
+    # UTC). Planned in the repeated hour (from 01:00 UTC, 02:xx CET), cronsim answered
+    # that first occurrence, in the past: the row's next fire time never advanced.
+    daily = Periodic("d", "q", cron="30 2 * * *", tz="Europe/Berlin")
+    now = utc(2030, 10, 27, 1, minute, 0) + timedelta(microseconds=1)
+    plan = plan_fires(daily, None, now)
+    assert plan == ((), utc(2030, 10, 28, 1, 30))  # 02:30 CET the next day
+    assert plan_fires(daily, utc(2030, 10, 27, 0, 30), now) == (
+        (utc(2030, 10, 27, 0, 30),),
+        utc(2030, 10, 28, 1, 30),
+    )
+
+
 def test_q17_7_sub_hourly_cron_fires_at_every_real_instant_of_a_fall_back_night():
     half_hourly = Periodic("h", "q", cron="*/30 * * * *", tz="Europe/Berlin")
     fired = walk(half_hourly, utc(2026, 10, 24, 23, 0), utc(2026, 10, 25, 2, 0), 60)
