@@ -304,9 +304,7 @@ def check_unique_keys(values: object, count: int, param: str = "unique_keys") ->
         )
     keys = [None if key is None else check_unique_key(key, param[:-1]) for key in values]
     if len(keys) != count:
-        raise InvalidArgument(
-            f"{param} must have one entry per payload ({count}); got {len(keys)}"
-        )
+        raise InvalidArgument(f"{param} must have one entry per payload ({count}); got {len(keys)}")
     return keys
 
 

@@ -224,6 +224,13 @@ from .q18_limits import (
     q18_11_bad_limits_raise_and_change_nothing,
     q18_11_set_limits_merges_and_limits_reads_them,
 )
+from .q18_pause import (
+    q18_a_claim_on_a_paused_queue_still_sweeps,
+    q18_a_pause_leaves_enqueues_and_held_jobs_alone,
+    q18_a_paused_queue_hands_out_no_job_until_resumed,
+    q18_resume_wakes_the_queue_and_pause_does_not,
+    q18_stats_show_the_paused_state,
+)
 from .q18_per_key import (
     q18_8_a_deep_backlog_does_not_starve_other_keys,
     q18_8_bad_concurrency_keys_raise_without_effect,
@@ -231,13 +238,6 @@ from .q18_per_key import (
     q18_8_max_running_per_key_caps_each_keys_live_leases,
     q18_8_next_due_waits_for_the_earliest_lease_of_the_full_keys,
     q18_8_the_concurrency_key_travels_with_the_job,
-)
-from .q18_pause import (
-    q18_a_claim_on_a_paused_queue_still_sweeps,
-    q18_a_pause_leaves_enqueues_and_held_jobs_alone,
-    q18_a_paused_queue_hands_out_no_job_until_resumed,
-    q18_resume_wakes_the_queue_and_pause_does_not,
-    q18_stats_show_the_paused_state,
 )
 
 if TYPE_CHECKING:

@@ -64,6 +64,8 @@ _OVERRIDES = st.sampled_from((None, 1, 2, 4))
 #: Q15: keys from a tiny alphabet, so that enqueues collide (and no key most of the time).
 _UNIQUE_KEYS: st.SearchStrategy[str | None] = st.sampled_from([None, None, None, "k1", "k2"])
 _UNIQUE_WINDOWS: st.SearchStrategy[float | None] = st.sampled_from([None, None, 4.0, 20.0])
+#: Q18.8: concurrency keys from a tiny alphabet too, so that keys fill up.
+_GROUP_KEYS: st.SearchStrategy[str | None] = st.sampled_from([None, "g1", "g1", "g2"])
 _HEADERS: st.SearchStrategy[_HeaderPairs | None] = st.sampled_from(
     (None, (), (("traceparent", "00-0af7-b7ad-01"),), (("b", ""), ("a", "ü"), ("ab", "{}")))
 )
@@ -177,6 +179,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         payloads = draw(_PAYLOAD_LISTS)
         keyed: bool = draw(st.booleans())
         keys = tuple(draw(_UNIQUE_KEYS) for _ in payloads) if keyed else None
+        grouped: bool = draw(st.booleans())
+        groups = tuple(draw(_GROUP_KEYS) for _ in payloads) if grouped else None
         return EnqueueMany(
             queue,
             payloads=payloads,
@@ -186,6 +190,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
             headers=draw(_HEADERS),
             unique_keys=keys,
             unique_for_s=draw(_UNIQUE_WINDOWS) if keys and any(keys) else None,
+            concurrency_keys=groups,
         )
     if kind == "transaction":
         return _draw_transaction(draw, run)
@@ -212,6 +217,7 @@ def _draw_enqueue(draw: st.DrawFn, queue: str) -> Enqueue:
         headers=draw(_HEADERS),
         unique_key=key,
         unique_for_s=None if key is None else draw(_UNIQUE_WINDOWS),
+        concurrency_key=draw(_GROUP_KEYS),
     )
 
 
@@ -303,6 +309,7 @@ def _draw_transaction(draw: st.DrawFn, run: _Run) -> Tx:
             headers=draw(_HEADERS),
             unique_key=(key := draw(_UNIQUE_KEYS)),
             unique_for_s=None if key is None else draw(_UNIQUE_WINDOWS),
+            concurrency_key=draw(_GROUP_KEYS),
         )
         for _ in range(draw(_TX_SIZES))
     )
