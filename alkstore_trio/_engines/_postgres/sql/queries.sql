@@ -134,7 +134,6 @@ gate AS MATERIALIZED (
 -- or share a row; the best `take` of them are picked. The MATERIALIZED CTEs make each
 -- walk run exactly once, so no more than `take` rows are ever handed out. Both walks are
 -- gated by `open`: a closed gate locks and hands out nothing (the sweep still runs).
-{claim_sweep},
 {claim_walks(walk = {walk})},
 picked AS MATERIALIZED (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
@@ -142,8 +141,11 @@ picked AS MATERIALIZED (
     LIMIT {take}
 )
 
--- fragment: claim_sweep
--- Q3 step 1: the pre-claim sweep (`swept`, moved to dead by `dead`).
+-- fragment: claim_walks(walk, only = true)
+-- Q3 step 1, the pre-claim sweep (`swept`, moved to dead by `dead`), and step 2's two
+-- index walks, gated by `open`: `ready` (pending rows due and not expired) and `lapsed`
+-- (lapsed leases with attempts left), up to `walk` rows each in claim order, locked
+-- with SKIP LOCKED; `only` narrows the walks' rows (Q18.8: to the keyless ones).
 spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
@@ -156,12 +158,7 @@ swept AS (
 ),
 dead AS (
     {dead_letter(moved = swept, last_error = 'max attempts exceeded')}
-)
-
--- fragment: claim_walks(walk, only = true)
--- Q3 step 2's two index walks, gated by `open`: `ready` (pending rows due and not
--- expired) and `lapsed` (lapsed leases with attempts left), up to `walk` rows each in
--- claim order, locked with SKIP LOCKED; `only` narrows the rows (Q18.8: the keyless).
+),
 ready AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
@@ -1176,7 +1173,6 @@ allowance AS MATERIALIZED (
 gate AS MATERIALIZED (
     SELECT NOT a.paused AS open FROM allowance AS a
 ),
-{claim_sweep},
 {claim_walks(
     walk = (SELECT least(%(n)s::bigint, a.allowed + 1) FROM allowance AS a),
     only = j.concurrency_key IS NULL
