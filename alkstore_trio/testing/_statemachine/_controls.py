@@ -51,11 +51,11 @@ _PER_KEY = st.sampled_from((KEEP, KEEP, None, 1, 2))
 class SetLimits(_Step):
     """``queue.set_limits(max_running=..., rate_per_s=..., burst=...,
     max_running_per_key=...)`` (Q18.7-Q18.9): ``rate_per_s`` is :data:`KEEP` to leave
-    the rate (and the burst) out; a burst is given only with a rate; Q18.8's
-    ``max_running_per_key`` is :data:`KEEP` to leave it out."""
+    the rate (and the burst) out; a burst is given only with a rate; ``max_running``
+    and Q18.8's ``max_running_per_key`` are :data:`KEEP` to leave them out."""
 
     queue: str
-    max_running: int | None = None
+    max_running: int | str | None = None
     rate_per_s: float | str | None = KEEP
     burst: int | None = None
     max_running_per_key: int | str | None = KEEP
@@ -76,13 +76,21 @@ def draw_control(draw: st.DrawFn, queue: str) -> _Step:
     )
 
 
+def draw_per_key(draw: st.DrawFn, queue: str) -> _Step:
+    """Q18.8: a per-key limit (most often a small one), the other limits kept."""
+    per_key = draw(st.sampled_from((1, 1, 2, None)))
+    return SetLimits(queue, max_running=KEEP, max_running_per_key=per_key)
+
+
 async def apply_set_limits(run: _Run, step: SetLimits, now: datetime) -> object:
     """Q18.11: set the limits on both (the model merges them as the core does); the
     result and both stats of the queue agree."""
     from ._run import _agree  # _run imports this module: imported when used
 
     queue = run.queues[step.queue]
-    kwargs: dict[str, Any] = {"max_running": step.max_running}
+    kwargs: dict[str, Any] = {}
+    if step.max_running != KEEP:
+        kwargs["max_running"] = step.max_running
     if step.rate_per_s != KEEP:
         kwargs["rate_per_s"] = step.rate_per_s
         if step.burst is not None:
