@@ -117,7 +117,8 @@ def _add_payload_options(enqueue: argparse.ArgumentParser) -> None:
 
 
 def _add_unique_options(enqueue: argparse.ArgumentParser) -> None:
-    """Q15: ``--unique-key``, ``--unique-for-s`` and ``--json``."""
+    """Q15: ``--unique-key``, ``--unique-for-s``; Q18.8's ``--concurrency-key``; and
+    ``--json``."""
     enqueue.add_argument(
         "--unique-key",
         metavar="KEY",
@@ -136,10 +137,29 @@ def _add_unique_options(enqueue: argparse.ArgumentParser) -> None:
         help="with --unique-key: also refuse KEY for S seconds after this job is created",
     )
     enqueue.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        type=_concurrency_key,
+        default=None,
+        help=(
+            "the job's concurrency key (e.g. a tenant): the queue's per-key limit "
+            "('queue limits NAME --per-key N') caps the jobs of KEY running at once "
+            "(default: no key)"
+        ),
+    )
+    enqueue.add_argument(
         "--json",
         action="store_true",
         help='print one JSON object: {"id": ID, "created": true|false}',
     )
+
+
+def _concurrency_key(text: str) -> str:
+    """An argparse ``type`` for ``--concurrency-key`` (Q18.8); not echoed back either."""
+    try:
+        return v.check_concurrency_key(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _unique_key(text: str) -> str:
@@ -284,6 +304,7 @@ async def run(args: argparse.Namespace) -> int:
             headers=args.headers,
             unique_key=args.unique_key,
             unique_for_s=args.unique_for_s,
+            concurrency_key=args.concurrency_key,
         )
     if args.json:
         say(json.dumps({"id": int(job_id), "created": job_id.created}))

@@ -190,14 +190,17 @@ def _add_limits(
             "With flags, set them (a flag left out keeps its value; 'none' clears a "
             "limit): --max-running caps the jobs of the queue processing at once across "
             "every worker; --rate caps how many start, R a second with bursts of up to "
-            "--burst (default: one second's worth). When the command returns, every "
-            "claim of every worker obeys the new limits; running jobs keep running."
+            "--burst (default: one second's worth); --per-key caps the jobs of each "
+            "concurrency key (enqueue --concurrency-key) processing at once. When the "
+            "command returns, every claim of every worker obeys the new limits; running "
+            "jobs keep running."
         ),
         examples=[
             "alkstore-trio queue limits payments",
             "alkstore-trio queue limits payments --max-running 5",
             "alkstore-trio queue limits payments --rate 10/s --burst 20",
             "alkstore-trio queue limits payments --max-running none --rate none",
+            "alkstore-trio queue limits reports --per-key 1",
         ],
     )
     limits.add_argument("queue", metavar="NAME", type=queue_name, help="the queue")
@@ -222,6 +225,13 @@ def _add_limits(
         default=None,
         help="the rate limit's burst (needs a rate; default max(1, ceil(R)))",
     )
+    limits.add_argument(
+        "--per-key",
+        metavar="N|none",
+        type=_count_or_none,
+        default=None,
+        help="at most N jobs of one concurrency key processing at once, fleet-wide",
+    )
     limits.add_argument("--json", action="store_true", help="print the limits as JSON")
 
 
@@ -234,6 +244,8 @@ def limits_text(limits: QueueLimits | None) -> str:
         parts.append(f"max {limits.max_running} running")
     if limits.rate_per_s is not None:
         parts.append(f"{limits.rate_per_s:g}/s burst {limits.burst}")
+    if limits.max_running_per_key is not None:
+        parts.append(f"max {limits.max_running_per_key} per key")
     return ", ".join(parts)
 
 
@@ -248,10 +260,12 @@ def limits_json(entry: QueueStats | None) -> dict[str, Any]:
             "max_running": limits.max_running,
             "rate_per_s": limits.rate_per_s,
             "burst": limits.burst,
+            "max_running_per_key": limits.max_running_per_key,
         },
         "throttled": {
             "running": 0 if throttled is None else throttled.running,
             "rate": 0 if throttled is None else throttled.rate,
+            "per_key": 0 if throttled is None else throttled.per_key,
         },
     }
 
@@ -263,6 +277,7 @@ async def queue_limits(args: argparse.Namespace) -> int:
             ("max_running", args.max_running),
             ("rate_per_s", args.rate),
             ("burst", args.burst),
+            ("max_running_per_key", args.per_key),
         )
         if value is not None
     }
@@ -280,6 +295,7 @@ async def queue_limits(args: argparse.Namespace) -> int:
     if entry is not None and entry.throttled.total:
         say(
             f"claims throttled so far: {entry.throttled.running} by max running, "
-            f"{entry.throttled.rate} by the rate"
+            f"{entry.throttled.rate} by the rate, {entry.throttled.per_key} by the per-key "
+            "limit"
         )
     return EXIT_OK

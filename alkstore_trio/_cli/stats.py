@@ -146,7 +146,8 @@ def _limits_lines(entries: list[QueueStats]) -> list[str]:
     """Q18.10: one line per queue with limits or throttled claims."""
     return [
         f"limits of {e.queue}: {limits_text(e.limits)}; claims throttled: "
-        f"{e.throttled.running} by max running, {e.throttled.rate} by the rate"
+        f"{e.throttled.running} by max running, {e.throttled.rate} by the rate, "
+        f"{e.throttled.per_key} by the per-key limit"
         for e in entries
         if e.limits is not None or e.throttled.total
     ]

@@ -14,6 +14,9 @@ reads a clock: ``now`` is always an argument.
 - :func:`allowance` is what one claim may hand out: the free slots of ``max_running``
   (Q18.7) and the whole tokens of the bucket, whichever is smaller.
 - :func:`throttled_by` says which limits throttled a claim (Q18.10's counters).
+- :func:`per_key_pick` is Q18.8's fair pick: from the candidates in claim order, each
+  concurrency key contributes at most its free slots (its best jobs); keyless jobs
+  compete as ever.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from .._errors import InvalidArgument
 from ._validate import _show
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
+
+_J = TypeVar("_J")
 
 #: The largest ``max_running`` and ``burst`` (int32, as stored on PostgreSQL).
 LIMIT_MAX: Final = 2**31 - 1
@@ -54,16 +60,24 @@ class QueueLimits:
         rate_per_s: Q18.9: claims hand out at most ``burst + rate_per_s * t`` jobs of
             the queue in any window of ``t`` seconds, on the engine's clock.
         burst: Q18.9: the token bucket's size (set exactly when ``rate_per_s`` is).
+        max_running_per_key: Q18.8: at most this many jobs of one ``concurrency_key``
+            of the queue are processing under an unexpired lease at once (jobs without
+            a key are not counted nor held back by it).
     """
 
     max_running: int | None = None
     rate_per_s: float | None = None
     burst: int | None = None
+    max_running_per_key: int | None = None
 
     @property
     def limited(self) -> bool:
         """Whether any limit is set."""
-        return self.max_running is not None or self.rate_per_s is not None
+        return (
+            self.max_running is not None
+            or self.rate_per_s is not None
+            or self.max_running_per_key is not None
+        )
 
 
 #: No limits: the limits of a queue nobody limited.
@@ -80,15 +94,19 @@ class Throttled:
     Attributes:
         running: Claims throttled by ``max_running`` (Q18.7).
         rate: Claims throttled by ``rate_per_s`` (Q18.9).
+        per_key: Claims that handed out fewer jobs than they asked for and than the
+            other limits allowed, because jobs they found were held back by their
+            key's ``max_running_per_key`` (Q18.8).
     """
 
     running: int = 0
     rate: int = 0
+    per_key: int = 0
 
     @property
     def total(self) -> int:
         """Claims throttled by any limit (each claim once per limit that held it)."""
-        return self.running + self.rate
+        return self.running + self.rate + self.per_key
 
 
 NOT_THROTTLED: Final = Throttled()
@@ -123,14 +141,19 @@ def _check_rate(value: object) -> float | None:
     return rate
 
 
-def check_limit_args(max_running: object, rate_per_s: object, burst: object) -> None:
+def check_limit_args(
+    max_running: object, rate_per_s: object, burst: object, max_running_per_key: object = UNSET
+) -> None:
     """Q18.11: each ``set_limits`` argument on its own (:data:`UNSET` passes), and at
     least one given; :func:`merged_limits` then checks them together."""
-    if max_running is UNSET and rate_per_s is UNSET and burst is UNSET:
+    given = (max_running, rate_per_s, burst, max_running_per_key)
+    if all(value is UNSET for value in given):
         raise InvalidArgument(
-            "set_limits needs at least one of max_running, rate_per_s and burst "
-            "(None clears a limit); nothing to change"
+            "set_limits needs at least one of max_running, rate_per_s, burst and "
+            "max_running_per_key (None clears a limit); nothing to change"
         )
+    if max_running_per_key is not UNSET:
+        _check_count("max_running_per_key", max_running_per_key)
     if max_running is not UNSET:
         _check_count("max_running", max_running)
     if rate_per_s is not UNSET:
@@ -145,6 +168,7 @@ def merged_limits(
     max_running: object = UNSET,
     rate_per_s: object = UNSET,
     burst: object = UNSET,
+    max_running_per_key: object = UNSET,
 ) -> QueueLimits:
     """Q18.11's validation: the limits after a ``set_limits`` call on ``current``.
 
@@ -153,9 +177,14 @@ def merged_limits(
     rate (given, or kept). Raises :class:`InvalidArgument` for any bad value, or when
     nothing is given; the caller then changes nothing.
     """
-    check_limit_args(max_running, rate_per_s, burst)
+    check_limit_args(max_running, rate_per_s, burst, max_running_per_key)
     new_max = (
         current.max_running if max_running is UNSET else _check_count("max_running", max_running)
+    )
+    per_key = (
+        current.max_running_per_key
+        if max_running_per_key is UNSET
+        else _check_count("max_running_per_key", max_running_per_key)
     )
     new_rate = current.rate_per_s if rate_per_s is UNSET else _check_rate(rate_per_s)
     new_burst = _check_count("burst", None if burst is UNSET else burst)
@@ -165,11 +194,13 @@ def merged_limits(
                 f"burst needs a rate: give rate_per_s too (got burst={new_burst} "
                 "with no rate limit)"
             )
-        return QueueLimits(max_running=new_max)
+        return QueueLimits(max_running=new_max, max_running_per_key=per_key)
     if new_burst is None:
         kept = burst is UNSET and rate_per_s is UNSET
         new_burst = current.burst if kept and current.burst is not None else default_burst(new_rate)
-    return QueueLimits(max_running=new_max, rate_per_s=new_rate, burst=new_burst)
+    return QueueLimits(
+        max_running=new_max, rate_per_s=new_rate, burst=new_burst, max_running_per_key=per_key
+    )
 
 
 def refills(rate_per_s: object, burst: object) -> bool:
@@ -219,3 +250,38 @@ def seconds_to_token(limits: QueueLimits, tokens: float) -> float:
     """Q18.9: how long until the bucket holds a whole token again (0 when it does)."""
     assert limits.rate_per_s is not None
     return max(0.0, (1.0 - tokens) / limits.rate_per_s)
+
+
+def per_key_pick(
+    limits: QueueLimits,
+    candidates: Sequence[_J],
+    key_of: Callable[[_J], str | None],
+    live_by_key: Mapping[str, int],
+) -> list[_J]:
+    """Q18.8's fair pick: of ``candidates`` (in claim order), the ones a claim may take
+    before the other limits: each key's best jobs up to its free slots
+    (``max_running_per_key`` less its live leases, ``live_by_key``), and every keyless
+    job. A key with a deep backlog so adds at most its free slots to a claim, whatever
+    its jobs' order, and the other keys' best jobs are in the pick beside them."""
+    cap = limits.max_running_per_key
+    if cap is None:
+        return list(candidates)
+    taken: dict[str, int] = {}
+    out: list[_J] = []
+    for job in candidates:
+        key = key_of(job)
+        if key is not None:
+            used = taken.get(key, live_by_key.get(key, 0))
+            if used >= cap:
+                continue
+            taken[key] = used + 1
+        out.append(job)
+    return out
+
+
+def per_key_throttled(held: bool, picked: int, allowed: int) -> bool:
+    """Q18.10: a claim that ``held`` jobs back by their keys' limit, whose per-key pick
+    kept ``picked`` candidates (counted up to one past ``allowed``, what the other
+    limits allow of its ``n``): throttled by the per-key limit when the pick came out
+    short of ``allowed``."""
+    return held and picked < allowed

@@ -123,7 +123,8 @@ class Job:
     the headers are left out of ``repr`` so that logging a job never leaks them.
     ``headers`` are the enqueuer's metadata (D30), kept for the job's life like the
     payload; empty unless the enqueue gave some. ``unique_key`` is the key the enqueue
-    gave (Q15), kept for the job's life, dead rows included.
+    gave (Q15), kept for the job's life, dead rows included, and so is
+    ``concurrency_key`` (Q18.8).
     """
 
     id: int
@@ -147,6 +148,8 @@ class Job:
     #: Q15: the job's unique key (``None`` for none). Left out of ``repr`` like the
     #: headers: a key is often made from private data (a user id, an address).
     unique_key: str | None = field(default=None, repr=False)
+    #: Q18.8: the job's concurrency key (``None`` for none), left out of ``repr`` too.
+    concurrency_key: str | None = field(default=None, repr=False)
 
 
 class SweepResult(NamedTuple):
@@ -276,6 +279,9 @@ class EnqueueSpec(NamedTuple):
     #: Q15: the window, in seconds, during which a created job's key refuses new jobs
     #: whatever became of it; ``None`` for none (always ``None`` without a key).
     unique_for_s: float | None = None
+    #: Q18.8: the queue's ``max_running_per_key`` counts the live jobs of this key;
+    #: ``None`` for no key.
+    concurrency_key: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -353,11 +359,13 @@ def enqueue_specs(
     headers: object = None,
     unique_keys: Sequence[str | None] | None = None,
     unique_for_s: object = None,
+    concurrency_keys: Sequence[str | None] | None = None,
 ) -> list[EnqueueSpec]:
     """Validate Q2's arguments for one or many payloads; raise before any effect.
 
     ``unique_keys`` are already checked (one per payload, or ``None`` for no keys);
     ``unique_for_s`` is checked here and kept only on the specs with a key (Q15).
+    ``concurrency_keys`` (Q18.8) are already checked like ``unique_keys``.
     """
     checked_headers = NO_HEADERS if headers is None else Headers(v.check_headers(headers))
     checked_priority = v.check_priority(priority)
@@ -366,10 +374,11 @@ def enqueue_specs(
     checked_run_at = v.check_optional_run_at(run_at)
     override = v.check_optional_max_attempts(max_attempts)
     resolved_max = opts.max_attempts if override is None else override
-    if unique_keys is not None or unique_for_s is not None:
+    if unique_keys is not None or unique_for_s is not None or concurrency_keys is not None:
         return _unique_specs(
             queue, opts, payloads, max_payload_bytes, checked_priority, checked_delay,
             checked_run_at, resolved_max, checked_headers, unique_keys, unique_for_s,
+            concurrency_keys,
         )  # fmt: skip
     return [
         EnqueueSpec(
@@ -400,10 +409,14 @@ def _unique_specs(
     headers: Headers,
     unique_keys: Sequence[str | None] | None,
     unique_for_s: object,
+    concurrency_keys: Sequence[str | None] | None,
 ) -> list[EnqueueSpec]:
-    """Q15: :func:`enqueue_specs` with keys (the path of keyed enqueues only)."""
+    """Q15/Q18.8: :func:`enqueue_specs` with keys (the path of keyed enqueues only)."""
     window = v.check_optional_duration("unique_for_s", unique_for_s, min_s=0, min_inclusive=False)
     keys: Sequence[str | None] = [None] * len(payloads) if unique_keys is None else unique_keys
+    groups: Sequence[str | None] = (
+        [None] * len(payloads) if concurrency_keys is None else concurrency_keys
+    )
     if window is not None and not any(key is not None for key in keys):
         raise InvalidArgument("unique_for_s needs a unique_key; got no key")
     return [
@@ -420,6 +433,7 @@ def _unique_specs(
             headers=headers,
             unique_key=key,
             unique_for_s=None if key is None else window,
+            concurrency_key=group,
         )
-        for payload, key in zip(payloads, keys, strict=True)
+        for payload, key, group in zip(payloads, keys, groups, strict=True)
     ]

@@ -81,6 +81,7 @@ def enqueued_job(spec: EnqueueSpec, job_id: int, now: datetime) -> Job:
         died_at=None,
         headers=spec.headers,
         unique_key=spec.unique_key,
+        concurrency_key=spec.concurrency_key,
     )
 
 

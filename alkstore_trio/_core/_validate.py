@@ -282,30 +282,40 @@ def check_headers(value: object) -> list[tuple[str, str]]:
     return pairs
 
 
-def check_unique_key(value: object) -> str:
+def check_unique_key(value: object, param: str = "unique_key") -> str:
     """Q15: a unique key, validated as a header name is (D30): a non-empty str of at most
     256 characters, no NUL, no lone surrogate. The message never shows the key (it may
-    be derived from private data)."""
+    be derived from private data). Q18.8's ``concurrency_key`` is checked the same way
+    (``param`` names it)."""
     if not isinstance(value, str):
-        raise InvalidArgument(f"unique_key must be a str or None; got a {type(value).__name__}")
+        raise InvalidArgument(f"{param} must be a str or None; got a {type(value).__name__}")
     if not value:
-        raise InvalidArgument(f"unique_key must be 1-{UNIQUE_KEY_MAX_CHARS} characters; got ''")
-    return _check_storable("unique_key", value, max_chars=UNIQUE_KEY_MAX_CHARS, echo=False)
+        raise InvalidArgument(f"{param} must be 1-{UNIQUE_KEY_MAX_CHARS} characters; got ''")
+    return _check_storable(param, value, max_chars=UNIQUE_KEY_MAX_CHARS, echo=False)
 
 
-def check_unique_keys(values: object, count: int) -> list[str | None]:
-    """Q15: ``enqueue_many``'s ``unique_keys``: one key (or ``None``) per payload."""
+def check_unique_keys(values: object, count: int, param: str = "unique_keys") -> list[str | None]:
+    """Q15: ``enqueue_many``'s ``unique_keys``: one key (or ``None``) per payload (and
+    Q18.8's ``concurrency_keys``, named by ``param``)."""
     if isinstance(values, str | bytes | bytearray | memoryview) or not isinstance(values, Iterable):
         raise InvalidArgument(
-            f"unique_keys must be a sequence of str or None, one per payload; got a "
+            f"{param} must be a sequence of str or None, one per payload; got a "
             f"{type(values).__name__}"
         )
-    keys = [None if key is None else check_unique_key(key) for key in values]
+    keys = [None if key is None else check_unique_key(key, param[:-1]) for key in values]
     if len(keys) != count:
-        raise InvalidArgument(
-            f"unique_keys must have one entry per payload ({count}); got {len(keys)}"
-        )
+        raise InvalidArgument(f"{param} must have one entry per payload ({count}); got {len(keys)}")
     return keys
+
+
+def check_concurrency_key(value: object) -> str:
+    """Q18.8: a concurrency key, checked as a unique key is (1-256 characters, no NUL)."""
+    return check_unique_key(value, "concurrency_key")
+
+
+def check_concurrency_keys(values: object, count: int) -> list[str | None]:
+    """Q18.8: ``enqueue_many``'s ``concurrency_keys``: one key (or ``None``) per payload."""
+    return check_unique_keys(values, count, "concurrency_keys")
 
 
 def check_worker_id(value: object) -> str:

@@ -64,6 +64,7 @@ class Queue:
         headers: Mapping[str, str] | None = None,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
+        concurrency_key: str | None = None,
     ) -> Enqueued:
         """Enqueue one job (Q2) and wake the queue; with a ``unique_key``, only if no live
         job of this queue holds that key (Q15).
@@ -86,6 +87,9 @@ class Queue:
             unique_for_s: With ``unique_key``: the key also refuses new jobs for this
                 many seconds after this job was created, whatever became of it (a
                 throttle); the refusal returns the id of the job that opened the window.
+            concurrency_key: Q18.8: the queue's ``max_running_per_key`` (see
+                :meth:`set_limits`) counts and holds back the jobs of each key, e.g. a
+                tenant id: 1-256 characters, no NUL. Kept for the job's life.
 
         Returns:
             The job's id as an :class:`~alkstore_trio.Enqueued` (an ``int``; ids
@@ -97,9 +101,10 @@ class Queue:
         """
         self._store._check_open()
         keys = None if unique_key is None else [v.check_unique_key(unique_key)]
+        groups = None if concurrency_key is None else [v.check_concurrency_key(concurrency_key)]
         specs = self._store._specs(
             self._name, self._opts, [payload], priority, delay_s, run_at, max_attempts,
-            headers, keys, unique_for_s,
+            headers, keys, unique_for_s, groups,
         )  # fmt: skip
         (job_id,) = await self._engine.enqueue(specs)
         return job_id
@@ -115,13 +120,15 @@ class Queue:
         headers: Mapping[str, str] | None = None,
         unique_keys: Iterable[str | None] | None = None,
         unique_for_s: float | None = None,
+        concurrency_keys: Iterable[str | None] | None = None,
     ) -> list[Enqueued]:
         """Enqueue many jobs atomically (all or none) with one clock read and one wake.
 
         Takes the same options as :meth:`enqueue`, applied to every job (each job gets
         the same ``headers``), except the keys: ``unique_keys`` gives one key (or
         ``None``) per payload (Q15). A job whose key is held, by a live job or by an
-        earlier payload of the same call, creates nothing.
+        earlier payload of the same call, creates nothing. ``concurrency_keys`` gives
+        one concurrency key (or ``None``) per payload (Q18.8).
 
         Returns:
             One :class:`~alkstore_trio.Enqueued` per payload, in order (empty for no
@@ -144,9 +151,14 @@ class Queue:
                 f"payloads must be an iterable of bytes; got a {type(payloads).__name__}"
             ) from None
         keys = None if unique_keys is None else v.check_unique_keys(unique_keys, len(items))
+        groups = (
+            None
+            if concurrency_keys is None
+            else v.check_concurrency_keys(concurrency_keys, len(items))
+        )
         specs = self._store._specs(
             self._name, self._opts, items, priority, delay_s, run_at, max_attempts,
-            headers, keys, unique_for_s,
+            headers, keys, unique_for_s, groups,
         )  # fmt: skip
         if not specs:
             await trio.lowlevel.checkpoint()
@@ -572,6 +584,7 @@ class Queue:
         max_running: int | _Unset | None = UNSET,
         rate_per_s: float | _Unset | None = UNSET,
         burst: int | _Unset | None = UNSET,
+        max_running_per_key: int | _Unset | None = UNSET,
     ) -> QueueLimits:
         """Limit this queue across every process of the store (Q18.7-Q18.9),
         persistently; each argument left out keeps its current value, ``None`` clears it.
@@ -594,6 +607,11 @@ class Queue:
             burst: The token bucket's size (an int from 1; only with a rate). A new rate
                 without one gets ``max(1, ceil(rate_per_s))``. A call that gives
                 ``rate_per_s`` or ``burst`` starts the bucket full.
+            max_running_per_key: Q18.8: at most this many jobs of one
+                ``concurrency_key`` processing under an unexpired lease at once (an int
+                from 1; jobs without a key are not held back by it). A claim takes from
+                each key at most its free slots, its best jobs first, so a key with a
+                deep backlog leaves the other keys' jobs claimable.
 
         Returns:
             The queue's limits from now on.
@@ -603,9 +621,15 @@ class Queue:
             StoreClosed: the store is closed.
         """
         self._store._check_open()
-        check_limit_args(max_running, rate_per_s, burst)
+        check_limit_args(max_running, rate_per_s, burst, max_running_per_key)
         current = await self.limits()
-        limits = merged_limits(current, max_running=max_running, rate_per_s=rate_per_s, burst=burst)
+        limits = merged_limits(
+            current,
+            max_running=max_running,
+            rate_per_s=rate_per_s,
+            burst=burst,
+            max_running_per_key=max_running_per_key,
+        )
         await self._engine.set_limits(self._name, limits, refills(rate_per_s, burst))
         return limits
 

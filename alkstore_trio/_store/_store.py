@@ -271,6 +271,7 @@ class Store:
         headers: object,
         unique_keys: Sequence[str | None] | None = None,
         unique_for_s: object = None,
+        concurrency_keys: Sequence[str | None] | None = None,
     ) -> list[EnqueueSpec]:
         return enqueue_specs(
             queue,
@@ -284,6 +285,7 @@ class Store:
             headers=headers,
             unique_keys=unique_keys,
             unique_for_s=unique_for_s,
+            concurrency_keys=concurrency_keys,
         )
 
 
@@ -308,6 +310,7 @@ class Transaction:
         headers: Mapping[str, str] | None = None,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
+        concurrency_key: str | None = None,
     ) -> Enqueued:
         """Enqueue one job inside the transaction; visible (and woken) only at commit.
 
@@ -337,9 +340,10 @@ class Transaction:
         name = self._store._queue_name(queue)
         opts = queue.opts if isinstance(queue, Queue) else DEFAULT_OPTS
         keys = None if unique_key is None else [v.check_unique_key(unique_key)]
+        groups = None if concurrency_key is None else [v.check_concurrency_key(concurrency_key)]
         specs = self._store._specs(
             name, opts, [payload], priority, delay_s, run_at, max_attempts, headers, keys,
-            unique_for_s,
+            unique_for_s, groups,
         )  # fmt: skip
         (job_id,) = await self._engine.enqueue(specs)
         return job_id

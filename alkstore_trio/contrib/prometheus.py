@@ -72,9 +72,10 @@ the first six):
 - ``alkstore_queue_jobs_reclaimable``: the processing jobs whose claim lapsed (gauge)
 - ``alkstore_queue_paused``: 1 while the queue is paused (Q18), else 0 (gauge)
 - ``alkstore_queue_limit``: the queue's limits by ``limit``: ``max_running``,
-  ``rate_per_s`` and ``burst`` (Q18.7-Q18.9); a limit not set has no sample (gauge)
+  ``rate_per_s``, ``burst`` and ``max_running_per_key`` (Q18.7-Q18.9); a limit not set
+  has no sample (gauge)
 - ``alkstore_queue_throttled_total``: claims of the queue that a limit held back, by
-  ``limit``: ``running`` or ``rate`` (counter, Q18.10)
+  ``limit``: ``running``, ``rate`` or ``per_key`` (counter, Q18.10)
 - ``alkstore_queue_oldest_ready_age_seconds``: how long the longest-waiting ready job
   has been claimable, 0 when none is (gauge)
 - ``alkstore_queue_acked_total``: jobs of the queue acked (counter, D27)
@@ -130,7 +131,7 @@ import trio
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .._core import QueueStats, StoreStats
+from .._core import QueueStats, StoreStats, Throttled
 from .._core import _validate as v
 from .._errors import EngineError, InvalidArgument
 from .._runtime import Worker
@@ -733,24 +734,27 @@ class StoreStatsMetrics:
         throttle counts of every exported queue."""
         limit = GaugeMetricFamily(
             self._prefix + "queue_limit",
-            "The queue's limits: max_running, rate_per_s and burst (unset: no sample).",
+            "The queue's limits: max_running, rate_per_s, burst and max_running_per_key "
+            "(unset: no sample).",
             labels=("queue", "limit"),
         )
         throttled = CounterMetricFamily(
             self._prefix + "queue_throttled",
-            "Claims of the queue that a limit held back (running: max_running; rate).",
+            "Claims of the queue that a limit held back (running: max_running; rate; "
+            "per_key: max_running_per_key).",
             labels=("queue", "limit"),
         )
         for queue, entry in [] if stats is None else self._entries(stats):
             limits = None if entry is None else entry.limits
             if limits is not None:
-                for field in ("max_running", "rate_per_s", "burst"):
+                for field in ("max_running", "rate_per_s", "burst", "max_running_per_key"):
                     value = getattr(limits, field)
                     if value is not None:
                         limit.add_metric((queue, field), value)
-            counts = (0, 0) if entry is None else (entry.throttled.running, entry.throttled.rate)
-            throttled.add_metric((queue, "running"), counts[0])
-            throttled.add_metric((queue, "rate"), counts[1])
+            counts = Throttled() if entry is None else entry.throttled
+            throttled.add_metric((queue, "running"), counts.running)
+            throttled.add_metric((queue, "rate"), counts.rate)
+            throttled.add_metric((queue, "per_key"), counts.per_key)
         return [limit, throttled]
 
     def _entries(self, stats: StoreStats) -> list[tuple[str, QueueStats | None]]:

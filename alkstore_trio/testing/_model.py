@@ -211,6 +211,7 @@ class ReferenceModel:
         headers: Mapping[str, str] | None = None,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
+        concurrency_key: str | None = None,
         now: datetime,
     ) -> Enqueued:
         """Q2: one new pending row stamped with ``opts``; returns its id (Q15: or the id
@@ -227,6 +228,7 @@ class ReferenceModel:
             headers: The job's headers (D30); ``None`` for none.
             unique_key: The job's unique key (Q15); ``None`` for none.
             unique_for_s: The key's window (Q15.5), with a key.
+            concurrency_key: The job's concurrency key (Q18.8); ``None`` for none.
             now: The operation's clock read.
         """
         (job_id,) = self.enqueue_many(
@@ -240,6 +242,7 @@ class ReferenceModel:
             headers=headers,
             unique_keys=None if unique_key is None else [unique_key],
             unique_for_s=unique_for_s,
+            concurrency_keys=None if concurrency_key is None else [concurrency_key],
             now=now,
         )
         return job_id
@@ -257,17 +260,20 @@ class ReferenceModel:
         headers: Mapping[str, str] | None = None,
         unique_keys: Sequence[str | None] | None = None,
         unique_for_s: float | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
         now: datetime,
     ) -> list[Enqueued]:
         """Q2: many rows with one ``now``, ids in payload order (``[]`` for none).
 
         Takes the same arguments as :meth:`enqueue`, applied to every payload, but one key
         per payload (``unique_keys``, Q15): a payload whose key is held (also by an
-        earlier payload of the call) creates nothing and gets the holder's id.
+        earlier payload of the call) creates nothing and gets the holder's id; and one
+        concurrency key per payload (``concurrency_keys``, Q18.8).
         """
         ids: list[Enqueued] = []
         keys = [None] * len(payloads) if unique_keys is None else unique_keys
-        for payload, key in zip(payloads, keys, strict=True):
+        groups = [None] * len(payloads) if concurrency_keys is None else concurrency_keys
+        for payload, key, group in zip(payloads, keys, groups, strict=True):
             held = None if key is None else self._key_holder(queue, key, now)
             if held is not None:
                 ids.append(Enqueued.existing(held))
@@ -285,6 +291,7 @@ class ReferenceModel:
                 headers=headers,
                 unique_key=key,
                 unique_for_s=unique_for_s,
+                concurrency_key=group,
                 now=now,
             )
             ids.append(Enqueued(job_id))
@@ -322,12 +329,14 @@ class ReferenceModel:
             if ready or reclaim:
                 candidates.append(job)
         candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        # Q18.7/Q18.9: no more than the limits allow.
+        # Q18.8: each key's best jobs up to its free slots; then Q18.7/Q18.9: no more
+        # than the limits allow.
+        picked = self.limits.pick(queue, candidates, self._live_by_key(queue, now))
         live = len(self._live_leases(queue, now))
-        take = self.limits.take(queue, live, n, len(candidates), now)
+        take = self.limits.take(queue, live, n, len(picked), now, len(picked) < len(candidates))
         # 3. Claim them.
         out = []
-        for job in candidates[:take]:
+        for job in picked[:take]:
             claimed = replace(
                 job,
                 state="processing",
@@ -339,6 +348,16 @@ class ReferenceModel:
             self._rows[job.id] = claimed
             out.append(claimed)
         return out
+
+    def _live_by_key(self, queue: str, now: datetime) -> dict[str, list[datetime]]:
+        """Q18.8: the deadlines of each concurrency key's unexpired leases."""
+        keys: dict[str, list[datetime]] = {}
+        for job in self._live(queue):
+            live = job.claim_expires_at is not None and now <= job.claim_expires_at
+            if job.state == "processing" and live and job.concurrency_key is not None:
+                assert job.claim_expires_at is not None
+                keys.setdefault(job.concurrency_key, []).append(job.claim_expires_at)
+        return keys
 
     def _live_leases(self, queue: str, now: datetime) -> list[datetime]:
         """Q18.7: the deadlines of the queue's processing rows under unexpired leases."""
@@ -638,14 +657,18 @@ class ReferenceModel:
             if job.queue == queue and job.state == "pending" and job.run_at > now
         ]
         due = (min(later) - now).total_seconds() if later else None
-        ready = any(
-            job.state == "pending" and job.run_at <= now and not self._expired(job, now)
+        ready = [
+            job
             for job in self._live(queue)
-        )
+            if job.state == "pending" and job.run_at <= now and not self._expired(job, now)
+        ]
         leases = self._live_leases(queue, now)
         earliest = (min(leases) - now).total_seconds() if leases else None
-        # Q18.9: ready jobs held back by a limit are due when it lets one out.
-        wait = self.limits.wait_s(queue, len(leases), earliest, now) if ready else None
+        # Q18.9: ready jobs held back by a limit are due when it lets one out (Q18.8:
+        # when every ready job's key is full, its keys' earliest lease lapse).
+        by_key = self._live_by_key(queue, now)
+        key_s = self.limits.key_wait_s(queue, [job.concurrency_key for job in ready], by_key, now)
+        wait = self.limits.wait_s(queue, len(leases), earliest, now, key_s) if ready else None
         return due if wait is None else wait if due is None else min(due, wait)
 
     # -- internals ---------------------------------------------------------------------
@@ -685,6 +708,7 @@ class ReferenceModel:
         now: datetime,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
+        concurrency_key: str | None = None,
     ) -> None:
         if unique_key is not None and unique_for_s is not None:
             self._windows[(queue, unique_key)] = (_after(now, unique_for_s), job_id)
@@ -716,6 +740,7 @@ class ReferenceModel:
             died_at=None,
             headers=Headers(headers or {}),
             unique_key=unique_key,
+            concurrency_key=concurrency_key,
         )
 
     def _live(self, queue: str) -> list[Job]:

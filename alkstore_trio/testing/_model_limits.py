@@ -8,13 +8,18 @@ is the core's (``_core._limits``), the counting of live leases the model's own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._core import NO_LIMITS, QueueLimits, Throttled
 from .._core import _limits as lim
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
+
+    from .._core import Job
+
+_J = TypeVar("_J", bound="Job")
 
 
 class _Bucket:
@@ -64,8 +69,19 @@ class ModelLimits:
             return None
         return lim.tokens_at(bucket.limits, bucket.tokens, bucket.refilled_at, now)
 
-    def take(self, queue: str, live: int, n: int, found: int, now: datetime) -> int:
-        """Q18.7/Q18.9/Q18.10: a claim of ``n`` found ``found`` candidates with ``live``
+    def pick(
+        self, queue: str, candidates: Sequence[_J], by_key: Mapping[str, Sequence[datetime]]
+    ) -> list[_J]:
+        """Q18.8: the candidates (in claim order) the keys' free slots let a claim take
+        (``by_key``: each key's live leases)."""
+        live = {key: len(leases) for key, leases in by_key.items()}
+        return lim.per_key_pick(self.get(queue), candidates, lambda job: job.concurrency_key, live)
+
+    def take(
+        self, queue: str, live: int, n: int, found: int, now: datetime, held: bool = False
+    ) -> int:
+        """Q18.7/Q18.9/Q18.10: a claim of ``n`` found ``found`` candidates (Q18.8: the
+        ones its keys let it take; ``held``: some were held back) with ``live``
         unexpired leases: how many it hands out; their tokens are taken and the
         throttles counted."""
         bucket = self._buckets.get(queue)
@@ -74,17 +90,43 @@ class ModelLimits:
         tokens = self._tokens(bucket, now)
         taken = min(found, lim.allowance(bucket.limits, live, tokens, n))
         running, rate = lim.throttled_by(bucket.limits, live, tokens, n, found)
+        allowed = lim.allowance(bucket.limits, live, tokens, n)
+        per_key = lim.per_key_throttled(held, found, allowed)
         old = bucket.throttled
-        bucket.throttled = Throttled(running=old.running + running, rate=old.rate + rate)
+        bucket.throttled = Throttled(
+            running=old.running + running, rate=old.rate + rate, per_key=old.per_key + per_key
+        )
         if tokens is not None:
             bucket.tokens = tokens - taken
             bucket.refilled_at = now
         return taken
 
-    def wait_s(
-        self, queue: str, live: int, earliest_lease_s: float | None, now: datetime
+    def key_wait_s(
+        self,
+        queue: str,
+        ready_keys: Sequence[str | None],
+        by_key: Mapping[str, Sequence[datetime]],
+        now: datetime,
     ) -> float | None:
-        """Q18.9: with ready jobs, how long until the limits let one out (``None``: now)."""
+        """Q18.8: when there are ready jobs (``ready_keys``: their keys) and every one's
+        key is full, the seconds until the earliest live lease of those keys lapses."""
+        cap = self.get(queue).max_running_per_key
+        if cap is None or not ready_keys:
+            return None
+        if any(key is None or len(by_key.get(key, ())) < cap for key in ready_keys):
+            return None
+        return (min(min(by_key[key]) for key in ready_keys if key) - now).total_seconds()
+
+    def wait_s(
+        self,
+        queue: str,
+        live: int,
+        earliest_lease_s: float | None,
+        now: datetime,
+        key_lease_s: float | None = None,
+    ) -> float | None:
+        """Q18.9: with ready jobs, how long until the limits let one out (``None``: now;
+        Q18.8's ``key_lease_s``: every ready job's key is full)."""
         bucket = self._buckets.get(queue)
         if bucket is None or not bucket.limits.limited:
             return None
@@ -95,4 +137,6 @@ class ModelLimits:
         cap = bucket.limits.max_running
         if cap is not None and live >= cap and earliest_lease_s is not None:
             waits.append(earliest_lease_s)
+        if key_lease_s is not None:
+            waits.append(key_lease_s)
         return max(waits) if waits else None

@@ -30,6 +30,7 @@ class _PendingInsert:
     headers: Mapping[str, str] | None
     unique_key: str | None = None
     unique_for_s: float | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass
@@ -58,6 +59,7 @@ class ModelTransaction:
         headers: Mapping[str, str] | None = None,
         unique_key: str | None = None,
         unique_for_s: float | None = None,
+        concurrency_key: str | None = None,
         now: datetime | None = None,
     ) -> Enqueued:
         """Reserve an id and buffer one row, as ``tx.enqueue`` does; Q15: with a key held
@@ -76,6 +78,7 @@ class ModelTransaction:
             headers: As D30 (``None`` for none).
             unique_key: As Q15.
             unique_for_s: As Q15.
+            concurrency_key: As Q18.8.
             now: The clock read of ``tx.enqueue`` (needed with a key: Q15.6).
 
         Returns:
@@ -103,6 +106,7 @@ class ModelTransaction:
                 headers=headers,
                 unique_key=unique_key,
                 unique_for_s=unique_for_s,
+                concurrency_key=concurrency_key,
             )
         )
         return Enqueued(job_id)
@@ -125,6 +129,7 @@ class ModelTransaction:
                 headers=row.headers,
                 unique_key=row.unique_key,
                 unique_for_s=row.unique_for_s,
+                concurrency_key=row.concurrency_key,
                 now=now,
             )
         return [row.job_id for row in self._rows]

@@ -42,7 +42,7 @@ def test_q18_queue_pause_resume_and_list(cli, pg_dsn, schema):
         "queue": "payments",
         "paused": True,
         "limits": None,
-        "throttled": {"running": 0, "rate": 0},
+        "throttled": {"running": 0, "rate": 0, "per_key": 0},
         "ready": 1,
         "delayed": 0,
         "processing": 0,
@@ -89,18 +89,20 @@ def test_q18_11_queue_limits_sets_shows_and_clears(cli, pg_dsn, schema):
     status, out, _ = cli("queue", "limits", "api", "--json")
     assert json.loads(out) == {
         "queue": "api",
-        "limits": {"max_running": 2, "rate_per_s": 5.0, "burst": 5},
-        "throttled": {"running": 2, "rate": 0},
+        "limits": {"max_running": 2, "rate_per_s": 5.0, "burst": 5, "max_running_per_key": None},
+        "throttled": {"running": 2, "rate": 0, "per_key": 0},
     }
     status, out, _ = cli("queue", "limits", "api")
-    assert "claims throttled so far: 2 by max running, 0 by the rate" in out
+    assert "claims throttled so far: 2 by max running, 0 by the rate, 0 by the per-key" in out
     status, out, _ = cli("queue", "list")
     assert "max 2 running, 5/s burst 5" in out
     status, out, _ = cli("stats")
     assert "limits of api: max 2 running, 5/s burst 5; claims throttled: 2 by" in out
     status, out, _ = cli("stats", "--json")
     (api,) = [q for q in json.loads(out)["queues"] if q["queue"] == "api"]
-    assert api["limits"] == {"max_running": 2, "rate_per_s": 5.0, "burst": 5}
+    assert api["limits"] == {
+        "max_running": 2, "rate_per_s": 5.0, "burst": 5, "max_running_per_key": None,
+    }  # fmt: skip
     status, out, _ = cli("queue", "limits", "api", "--max-running", "none", "--rate", "none")
     assert status == EXIT_OK
     assert out.strip().startswith("queue 'api' limits set: none")
@@ -115,9 +117,46 @@ def test_q18_11_queue_limits_refuses_bad_values_without_effect(cli):
         ["--rate", "0/s"],
         ["--burst", "3"],
         ["--rate", "5/s", "--burst", "0"],
+        ["--per-key", "0"],
+        ["--per-key", "some"],
     ):
         status, _, err = cli("queue", "limits", "api", *argv)
         assert status == EXIT_USAGE, (argv, err)
         assert err.strip(), argv
     status, out, _ = cli("queue", "limits", "api")
     assert out.strip() == "queue 'api' limits: none"
+
+
+def _claim_keys(pg_dsn: str, schema: str, keys: list[str]) -> list[str | None]:
+    """Enqueue one job per key on ``tenants``, then claim up to 10: their keys."""
+
+    async def go() -> list[str | None]:
+        async with open_store(pg_dsn, schema=schema, listen=False) as store:
+            queue = store.queue("tenants")
+            await queue.enqueue_many([b"j"] * len(keys), concurrency_keys=keys)
+            return [h.job.concurrency_key for h in await queue.claim_batch("w", 10)]
+
+    return trio.run(go)
+
+
+def test_q18_8_queue_limits_per_key_sets_shows_and_clears(cli, pg_dsn, schema):
+    status, out, _ = cli("queue", "limits", "tenants", "--per-key", "1")
+    assert status == EXIT_OK
+    assert out.strip() == "queue 'tenants' limits set: max 1 per key"
+    assert _claim_keys(pg_dsn, schema, ["a", "a", "b"]) == ["a", "b"]
+    status, out, _ = cli("queue", "limits", "tenants", "--json")
+    assert json.loads(out) == {
+        "queue": "tenants",
+        "limits": {
+            "max_running": None, "rate_per_s": None, "burst": None, "max_running_per_key": 1,
+        },
+        "throttled": {"running": 0, "rate": 0, "per_key": 1},  # a's second job held back
+    }  # fmt: skip
+    assert _claim_keys(pg_dsn, schema, []) == []  # and again
+    status, out, _ = cli("queue", "limits", "tenants")
+    assert "0 by the rate, 2 by the per-key limit" in out
+    status, out, _ = cli("queue", "list")
+    assert "max 1 per key" in out
+    status, out, _ = cli("queue", "limits", "tenants", "--per-key", "none")
+    assert out.splitlines()[0] == "queue 'tenants' limits set: none"
+    assert _claim_keys(pg_dsn, schema, []) == ["a"]

@@ -1,5 +1,6 @@
 """Q15 in the CLI: ``enqueue --unique-key`` (and ``--unique-for-s``, ``--json``), and
-``dead requeue`` reporting the dead jobs a live job's unique key keeps dead."""
+``dead requeue`` reporting the dead jobs a live job's unique key keeps dead; Q18.8's
+``enqueue --concurrency-key``, checked the same way."""
 
 from __future__ import annotations
 
@@ -37,9 +38,18 @@ def test_q15_enqueue_unique_for_s_refuses_the_key_after_the_job_is_gone(cli, on_
     assert (status, out) == (EXIT_OK, f"{job_id} existing\n")
 
 
+def test_q18_8_enqueue_concurrency_key_is_kept_on_the_job(cli, on_store):
+    status, out, err = cli(*ENQUEUE, "--concurrency-key", "tenant-7")
+    assert (status, err) == (EXIT_OK, "")
+    job = on_store(lambda store: store.get_job(int(out)))
+    assert job.concurrency_key == "tenant-7"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--concurrency-key", ""], "concurrency_key must be 1-256 characters"),
+        (["--concurrency-key", "k" * 257], "concurrency_key must be at most 256 characters"),
         (["--unique-key", ""], "unique_key must be 1-256 characters"),
         (["--unique-key", "k" * 257], "unique_key must be at most 256 characters"),
         (["--unique-for-s", "5"], "--unique-for-s needs --unique-key"),

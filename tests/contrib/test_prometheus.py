@@ -979,7 +979,27 @@ async def test_q18_10_limits_are_gauges_and_throttled_claims_a_counter(autojump_
     text = generate_latest(registry).decode()
     assert "# TYPE alkstore_queue_limit gauge" in text
     assert "# TYPE alkstore_queue_throttled_total counter" in text
+    assert sample(registry, "alkstore_queue_throttled_total", queue="api", limit="per_key") == 0
+    assert (
+        sample(registry, "alkstore_queue_limit", queue="api", limit="max_running_per_key") is None
+    )
     await api.set_limits(rate_per_s=None)
     assert await metrics.poll()
     assert sample(registry, "alkstore_queue_limit", queue="api", limit="rate_per_s") is None
     assert sample(registry, "alkstore_queue_limit", queue="api", limit="max_running") == 1
+
+
+async def test_q18_8_the_per_key_limit_is_a_gauge_and_its_throttles_a_counter(
+    autojump_clock, store
+):
+    tenants = store.queue("tenants")
+    await tenants.enqueue_many([b"x"] * 3, concurrency_keys=["a", "a", "b"])
+    await tenants.set_limits(max_running_per_key=1)
+    assert len(await tenants.claim_batch("w", 3)) == 2  # a's second job is held back
+    registry = CollectorRegistry()
+    metrics = StoreStatsMetrics(store, registry)
+    assert await metrics.poll()
+    limit = sample(registry, "alkstore_queue_limit", queue="tenants", limit="max_running_per_key")
+    assert limit == 1
+    throttled = sample(registry, "alkstore_queue_throttled_total", queue="tenants", limit="per_key")
+    assert throttled == 1

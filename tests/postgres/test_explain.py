@@ -185,8 +185,26 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "expires_in_s": 3600.0,
                     "headers": '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-01"}',
                     "channel": _sql.wake_channel(data.schema, QUEUE),
+                    "concurrency_keys": None,
                 },
-            )
+            ),
+            (
+                "batch with concurrency keys (Q18.8)",
+                {
+                    "queue": QUEUE,
+                    "payloads": [b'{"to": "ada@example.com"}'] * 3,
+                    "priority": 0,
+                    "delay_s": None,
+                    "run_at": None,
+                    "max_attempts": 3,
+                    "visibility_timeout_s": 300.0,
+                    "backoff_base_s": 5.0,
+                    "expires_in_s": None,
+                    "headers": "{}",
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                    "concurrency_keys": ["tenant-1", None, "tenant-2"],
+                },
+            ),
         ],
         "enqueue_one": [
             (
@@ -203,8 +221,26 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "expires_in_s": None,
                     "headers": "{}",
                     "channel": _sql.wake_channel(data.schema, QUEUE),
+                    "concurrency_key": None,
                 },
-            )
+            ),
+            (
+                "single with a concurrency key (Q18.8)",
+                {
+                    "queue": QUEUE,
+                    "payload": b'{"to": "ada@example.com"}',
+                    "priority": 0,
+                    "delay_s": None,
+                    "run_at": None,
+                    "max_attempts": 3,
+                    "visibility_timeout_s": 300.0,
+                    "backoff_base_s": 5.0,
+                    "expires_in_s": None,
+                    "headers": "{}",
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
+                    "concurrency_key": "tenant-1",
+                },
+            ),
         ],
         "claim": [
             ("one", {"queue": QUEUE, "worker_id": "worker-1", "n": 1}),
@@ -412,6 +448,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "max_running": 5,
                     "rate_per_s": 50.0,
                     "burst": 10,
+                    "max_running_per_key": 2,
                     "refill": True,
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                 },
@@ -419,6 +456,10 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         ],
         "lock_limits": [("one queue", {"queue": QUEUE})],
         "claim_limited": [
+            ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10}),
+        ],
+        # Q18.8: the per-key claim.
+        "claim_per_key": [
             ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10}),
         ],
         "wake": [("one queue", {"channel": _sql.wake_channel(data.schema, QUEUE)})],
@@ -441,6 +482,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                     "unique_key": "welcome:ada@example.com",
                     "unique_for_s": 3600.0,
+                    "concurrency_key": None,
                 },
             )
         ],
@@ -611,13 +653,14 @@ def test_r2_explain_ack_claims_and_claim_acks_by_primary_key(
 
 def split_ctes(query: str) -> tuple[dict[str, str], str]:
     """A ``WITH`` statement's CTEs (name -> body, whitespace collapsed, ``MATERIALIZED``
-    kept) and the statement after them."""
+    kept; ``WITH RECURSIVE`` and a CTE's column list skipped) and the statement after
+    them."""
     text = " ".join(query.split())
     assert text.startswith("WITH "), text[:40]
     ctes: dict[str, str] = {}
-    pos = len("WITH ")
+    pos = len("WITH RECURSIVE ") if text.startswith("WITH RECURSIVE ") else len("WITH ")
     while True:
-        head = re.compile(r"(\w+) AS ((?:MATERIALIZED )?)\( ?").match(text, pos)
+        head = re.compile(r"(\w+)(?: \([\w, ]+\))? AS ((?:MATERIALIZED )?)\( ?").match(text, pos)
         assert head is not None, text[pos : pos + 40]
         depth, i, quoted = 1, head.end(), False
         while depth:
@@ -652,18 +695,20 @@ JOB_QUERIES = {
     "claim": 1,
     "ack_claims_and_claim": 1,
     "claim_limited": 1,  # Q18.7
+    "claim_per_key": 1,  # Q18.8
     "get_job": 2,
     "find_job": 2,
     "list_live": 1,
     "list_dead": 1,
 }
 #: The Job fields as those statements return them: the columns of ``jobs`` up to
-#: ``last_error``, the headers (NULL when empty), ``died_at``.
+#: ``last_error``, the headers (NULL when empty), ``died_at``, the unique key (Q15) and
+#: the concurrency key (Q18.8).
 JOB_COLUMNS = [
     "id", "queue", "payload", "priority", "state", "attempts", "max_attempts", "run_at",
     "enqueued_at", "visibility_timeout_s", "backoff_base_s", "expires_at", "claimed_by",
     "claimed_at", "claim_expires_at", "last_error", "nullif(headers, '{}'::jsonb)", "died_at",
-    "unique_key",
+    "unique_key", "concurrency_key",
 ]  # fmt: skip
 
 
@@ -717,7 +762,7 @@ def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_ord
     lists = [
         columns
         for columns in _select_lists(_sql.queries("alkstore")[name])
-        if columns[0].endswith("id") and [_bare(c) for c in columns[-2:]] == want[-2:]
+        if columns[0].endswith("id") and [_bare(c) for c in columns[-3:]] == want[-3:]
     ]
     assert len(lists) == JOB_QUERIES[name], (name, lists)
     for columns in lists:
@@ -739,13 +784,13 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
     # may update the counter row only once).
     assert _fragments_used("ack_claims") == ["ack_claims_delete", "count_moves"]
     order = ["claim_order"] * 3  # the core's Q3 order, in ready, lapsed and picked
+    candidates = ["claim_candidates", "claim_walks", "dead_letter", *order]
     assert _fragments_used("claim") == [
-        "claim_gate", "claim_candidates", "dead_letter", *order, "count_moves", "claim_update",
-        "job_fields",
+        "claim_gate", *candidates, "count_moves", "claim_update", "job_fields",
     ]  # fmt: skip
     assert _fragments_used("ack_claims_and_claim") == [
-        "ack_claims_delete", "claim_gate", "claim_candidates", "dead_letter", *order,
-        "count_moves", "claim_update", "job_fields",
+        "ack_claims_delete", "claim_gate", *candidates, "count_moves", "claim_update",
+        "job_fields",
     ]  # fmt: skip
     fused, fused_main = split_ctes(_sql.queries("alkstore")["ack_claims_and_claim"])
     assert list(fused) == [
@@ -753,10 +798,11 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
         "claimed",
     ]  # fmt: skip
     returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
-    assert returned[-3:] == [
+    assert returned[-4:] == [
         "nullif(j.headers, '{}'::jsonb) AS headers",
         "NULL::timestamptz AS died_at",
         "j.unique_key",
+        "j.concurrency_key",
     ]
     # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
     # shape a migration changes).
@@ -782,6 +828,7 @@ COUNTING_QUERIES = {
     "ack_claims_and_claim": {"acked", "dead_lettered"},
     "claim": {"dead_lettered"},
     "claim_limited": {"dead_lettered"},  # Q18.7
+    "claim_per_key": {"dead_lettered"},  # Q18.8
     "retry": {"dead_lettered"},
     "fail": {"dead_lettered"},
     "retry_claims": {"dead_lettered"},

@@ -74,28 +74,31 @@ def test_queries_no_statement_keeps_a_reference_or_a_comment(name: str):
 #: The fragments, and the statements that include each (directly or through another).
 FRAGMENT_USERS = {
     "dead_letter": {
-        "claim", "ack_claims_and_claim", "claim_limited", "retry", "fail", "retry_claims",
+        "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "retry", "fail",
+        "retry_claims",
         "fail_claims", "sweep_expired",
     },
     "count_moves": {
         "ack", "ack_batch", "ack_claims", "ack_claims_and_claim", "claim", "claim_limited",
-        "retry", "fail",
+        "claim_per_key", "retry", "fail",
         "retry_claims", "fail_claims", "sweep_expired", "cancel",
     },
     "job_fields": {
-        "claim", "ack_claims_and_claim", "claim_limited", "get_job", "find_job", "list_live",
-        "list_dead",
+        "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "get_job",
+        "find_job", "list_live", "list_dead",
     },
     "inline_payload": {"get_job", "find_job"},  # Q8: a large payload read apart
     "claim_gate": {"claim", "ack_claims_and_claim"},  # Q18
     "claim_candidates": {"claim", "ack_claims_and_claim", "claim_limited"},
-    "claim_update": {"claim", "ack_claims_and_claim", "claim_limited"},
-    "limit_state": {"claim_limited", "next_due"},  # Q18.7-Q18.9
+    "claim_walks": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key"},
+    "claim_update": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key"},
+    "limit_state": {"claim_limited", "claim_per_key", "next_due"},  # Q18.7-Q18.9
+    "key_loose_scan": {"claim_per_key", "next_due"},  # Q18.8
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
     # the core's, not queries.sql's:
-    "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "next_due"},
+    "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "next_due"},
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
 }  # fmt: skip
 
@@ -113,7 +116,9 @@ SHARED_LINES = {
     "the dead-letter insert": "INSERT INTO @schema@.dead_jobs (",
     "the counter upsert": "INSERT INTO @schema@.queue_counters",
     "the job fields": "j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,",
-    "the claim walk": "FOR UPDATE OF j SKIP LOCKED",
+    # The sweep and the two walks of every claim (Q18.8's per-key probes, by the per-key
+    # indexes, are claim_per_key's own).
+    "the claim walk": "AND (SELECT g.open FROM gate AS g) AND {only}",
     "the new-job insert": "visibility_timeout_s, backoff_base_s, expires_at, headers",
     "the redrive insert": "OVERRIDING SYSTEM VALUE",
 }
@@ -132,13 +137,15 @@ def test_queries_the_file_writes_each_shared_piece_once(piece: str):
 
 
 def test_queries_the_job_fields_are_the_fields_the_backend_reads_in_its_order():
-    # _backend._job reads rows by position: id .. last_error, headers, died_at, unique_key.
+    # _backend._job reads rows by position: id .. last_error, headers, died_at, unique_key,
+    # concurrency_key.
     body = " ".join(LIBRARY.fragments["job_fields"].body.split())
     assert body == (
         "j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attempts, "
         "j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, "
         "j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error, "
-        "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key"
+        "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key, "
+        "j.concurrency_key"
     )
 
 
@@ -157,6 +164,7 @@ CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
 CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
 CONTRACT_WORDS |= {"payload_slice"}  # Q8: a large payload, read in slices
 CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
+CONTRACT_WORDS |= {"claim_per_key"}  # Q18.8
 
 
 def test_queries_statements_are_named_after_the_contract():

@@ -225,14 +225,24 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
     assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 18
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 18
-    # D30: the headers, then (Q15) the unique key, last in both tables: a jsonb object
-    # that defaults to '{}', and a nullable text without a default.
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 19
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 19
+    # D30: the headers, then (Q15) the unique key and (Q18.8) the concurrency key, last in
+    # both tables: a jsonb object that defaults to '{}', and nullable texts without a
+    # default.
     for table in ("jobs", "dead_jobs"):
-        *_, headers, key = [row for row in from_migrations["columns"] if row[0] == table]
+        *_, headers, key, group = [row for row in from_migrations["columns"] if row[0] == table]
         assert headers[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), headers
         assert key[1:5] == ("unique_key", "text", False, None), key
+        assert group[1:5] == ("concurrency_key", "text", False, None), group
+    # Q18.8: the per-key indexes hold keyed rows only (keyless enqueues pay nothing), and
+    # `limited` counts the per-key limit.
+    for name in ("jobs_key_claim_idx", "jobs_key_lease_idx"):
+        assert "(concurrency_key IS NOT NULL)" in indexes[name], indexes[name]
+    limited = next(
+        row for row in from_migrations["columns"] if row[:2] == ("queue_controls", "limited")
+    )
+    assert "max_running_per_key IS NOT NULL" in str(limited), limited
     # Q15: a partial unique index over the keyed live rows, and the windows table.
     assert "UNIQUE" in indexes["jobs_unique_key_idx"]
     assert "WHERE (unique_key IS NOT NULL)" in indexes["jobs_unique_key_idx"]

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class _State:
-    __slots__ = ("limits", "rate", "refilled_at", "running", "tokens")
+    __slots__ = ("limits", "per_key", "rate", "refilled_at", "running", "tokens")
 
     def __init__(self, limits: QueueLimits, now: datetime) -> None:
         self.limits = limits
@@ -26,6 +26,7 @@ class _State:
         self.refilled_at = now
         self.running = 0
         self.rate = 0
+        self.per_key = 0
 
 
 class LimitBook:
@@ -65,7 +66,7 @@ class LimitBook:
         if state is None:
             return None, lim.NOT_THROTTLED
         limits = state.limits if state.limits.limited else None
-        return limits, Throttled(running=state.running, rate=state.rate)
+        return limits, Throttled(running=state.running, rate=state.rate, per_key=state.per_key)
 
     def _tokens(self, state: _State, now: datetime) -> float:
         return lim.tokens_at(state.limits, state.tokens, state.refilled_at, now)
@@ -79,22 +80,35 @@ class LimitBook:
         state = self._queues[queue]
         return lim.allowance(state.limits, live, self._bucket(state, now), n)
 
-    def claimed(self, queue: str, live: int, n: int, found: int, taken: int, now: datetime) -> None:
+    def claimed(
+        self, queue: str, live: int, n: int, found: int, taken: int, now: datetime, held: bool
+    ) -> None:
         """A claim of ``n`` found ``found`` claimable rows (up to one past its
-        allowance) and handed out ``taken``: take their tokens, count the throttles."""
+        allowance; Q18.8: those its keys' slots let it take) and handed out ``taken``,
+        ``held`` jobs back by their keys' limit: take their tokens, count the throttles."""
         state = self._queues[queue]
         tokens = self._bucket(state, now)
         running, rate = lim.throttled_by(state.limits, live, tokens, n, found)
         state.running += running
         state.rate += rate
+        allowed = lim.allowance(state.limits, live, tokens, n)
+        state.per_key += lim.per_key_throttled(held, found, allowed)
         if tokens is not None:
             state.tokens = tokens - taken
             state.refilled_at = now
 
-    def due_in_s(self, queue: str, live: int, lease_s: float | None, now: datetime) -> float | None:
+    def due_in_s(
+        self,
+        queue: str,
+        live: int,
+        lease_s: float | None,
+        now: datetime,
+        key_lease_s: float | None = None,
+    ) -> float | None:
         """Q18.9/R11: for a limited queue with claimable jobs, how long until a claim
         can hand one out: the next token when the bucket is empty, the earliest lease's
-        expiry (``lease_s``) when every slot is taken; ``None`` when one could now."""
+        expiry (``lease_s``) when every slot is taken, Q18.8's ``key_lease_s`` when every
+        ready job's key is full; ``None`` when one could now."""
         state = self._queues[queue]
         limits = state.limits
         waits: list[float] = []
@@ -103,4 +117,6 @@ class LimitBook:
             waits.append(lim.seconds_to_token(limits, tokens))
         if limits.max_running is not None and live >= limits.max_running and lease_s is not None:
             waits.append(lease_s)
+        if key_lease_s is not None:
+            waits.append(key_lease_s)
         return max(waits) if waits else None

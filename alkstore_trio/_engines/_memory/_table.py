@@ -61,6 +61,7 @@ from ..._core import (
 )
 from ..._core import _transitions as t
 from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
+from . import _per_key
 from ._limits import LimitBook
 
 if TYPE_CHECKING:
@@ -296,9 +297,14 @@ class JobTable:
         if not self.limits.limited(queue):
             return self._take(index, worker_id, n, now)
         live = self._live_leases(index, now)
-        out = self._take(index, worker_id, self.limits.allowance(queue, live, n, now), now)
-        found = len(out) + (self._has_claimable(index, now) and len(out) < n)
-        self.limits.claimed(queue, live, n, found, len(out), now)
+        allowed = self.limits.allowance(queue, live, n, now)
+        cap = self.limits.get(queue).max_running_per_key
+        if cap is None:
+            out, held = self._take(index, worker_id, allowed, now), False
+            found = len(out) + (self._has_claimable(index, now) and len(out) < n)
+        else:  # Q18.8
+            out, found, held = _per_key.take(self, index, worker_id, allowed, cap, now)
+        self.limits.claimed(queue, live, n, found, len(out), now, held)
         return out
 
     def _take(self, index: _QueueIndex, worker_id: str, n: int, now: datetime) -> list[Job]:
@@ -555,29 +561,7 @@ class JobTable:
             heapq.heappop(delayed)
         if not self.limits.limited(queue):
             return due
-        return self._limited_due_in_s(queue, index, due, now)
-
-    def _limited_due_in_s(
-        self, queue: str, index: _QueueIndex, due: float | None, now: datetime
-    ) -> float | None:
-        """Q18.9 (R11 for a limited queue): with ready pending jobs waiting on a limit
-        (a walk of the ready heap), the time until the limit lets one out, if sooner than
-        the next delayed job."""
-        gens, live = self._gen, self._live
-        ready = any(
-            gens.get(job_id) == gen
-            and live[job_id].state == "pending"
-            and t.is_claimable(live[job_id], now)
-            for _, _, job_id, gen in index.ready
-        )
-        if not ready:
-            return due
-        wait = self.limits.due_in_s(
-            queue, self._live_leases(index, now), self._earliest_lease_s(index, now), now
-        )
-        if wait is None:
-            return due
-        return wait if due is None else min(due, wait)
+        return _per_key.limited_due_in_s(self, queue, index, due, now)
 
     # -- internals ---------------------------------------------------------------------
 

@@ -219,8 +219,11 @@ class PostgresEngine:
         }
         if len(group) == 1:
             params["payload"] = first.payload
+            params["concurrency_key"] = first.concurrency_key  # Q18.8
             return self._q["enqueue_one"], params
         params["payloads"] = [spec.payload for spec in group]
+        keys = [spec.concurrency_key for spec in group]
+        params["concurrency_keys"] = keys if any(key is not None for key in keys) else None
         return self._q["enqueue_many"], params
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
@@ -455,6 +458,7 @@ class PostgresEngine:
             "max_running": limits.max_running,
             "rate_per_s": limits.rate_per_s,
             "burst": limits.burst,
+            "max_running_per_key": limits.max_running_per_key,
             "refill": refill,
             "channel": self._channel(queue),
         }

@@ -15,7 +15,9 @@ for and hand out its slot twice. One transaction, on one connection:
 3. ``ack_claims``, when the claim acks first (``ack_and_claim``), so the claim sees the
    slots the acks freed;
 4. ``claim_limited``: count the live leases, refill the bucket, claim at most what the
-   limits allow, take the tokens and count the throttles;
+   limits allow, take the tokens and count the throttles (``claim_per_key`` when the
+   queue has a ``max_running_per_key``, Q18.8: the same, with each key's candidates found
+   by index and at most its free slots of them);
 5. ``wake`` when the acks freed more slots than the claim took back, so idle workers of
    the fleet claim them.
 
@@ -58,10 +60,11 @@ async def claim(
     await conn.execute(barrier, [])
     rows = await conn.execute(queries["lock_limits"], {"queue": queue})
     limited = bool(rows and rows[0][0])
+    statement = queries["claim_per_key" if rows and rows[0][1] else "claim_limited"]
     acked: list[int] = []
     if claims:
         acked = [row[0] for row in await conn.execute(queries["ack_claims"], params)]
-    jobs = [job(row) for row in await conn.execute(queries["claim_limited"], params)]
+    jobs = [job(row) for row in await conn.execute(statement, params)]
     if limited and len(acked) > len(jobs):
         await conn.execute(queries["wake"], params)
     return acked, jobs, limited

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 def job(row: Sequence[Any]) -> Job:
     """A result row in the column order of the queries as a Job: the columns of ``jobs``
-    up to ``last_error``, the headers, ``died_at`` and the unique key (Q15).
+    up to ``last_error``, the headers, ``died_at``, the unique key (Q15) and the
+    concurrency key (Q18.8).
 
     The queries send the headers as ``nullif(headers, '{}')``: ``None`` for a job without
     any (the usual case), so psycopg parses no JSON (its jsonb loader takes about 1.3 µs
@@ -41,6 +42,7 @@ def job(row: Sequence[Any]) -> Job:
         died_at=utc_or_none(row[17]),
         headers=Headers(headers) if headers else NO_HEADERS,
         unique_key=row[18],
+        concurrency_key=row[19],
     )
 
 
@@ -70,7 +72,11 @@ def queue_stats(row: Sequence[Any], now: datetime) -> QueueStats:
         cancelled_total=int(row[11]),
         paused=bool(row[12]),
         limits=(
-            QueueLimits(max_running=row[13], rate_per_s=row[14], burst=row[15]) if row[18] else None
+            QueueLimits(
+                max_running=row[13], rate_per_s=row[14], burst=row[15], max_running_per_key=row[19]
+            )
+            if row[18]
+            else None
         ),
-        throttled=Throttled(running=int(row[16]), rate=int(row[17])),
+        throttled=Throttled(running=int(row[16]), rate=int(row[17]), per_key=int(row[20])),
     )

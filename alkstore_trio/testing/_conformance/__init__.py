@@ -231,6 +231,14 @@ from .q18_pause import (
     q18_resume_wakes_the_queue_and_pause_does_not,
     q18_stats_show_the_paused_state,
 )
+from .q18_per_key import (
+    q18_8_a_deep_backlog_does_not_starve_other_keys,
+    q18_8_bad_concurrency_keys_raise_without_effect,
+    q18_8_combines_with_max_running_and_counts_its_throttles,
+    q18_8_max_running_per_key_caps_each_keys_live_leases,
+    q18_8_next_due_waits_for_the_earliest_lease_of_the_full_keys,
+    q18_8_the_concurrency_key_travels_with_the_job,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -393,6 +401,13 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     # Q18.7-Q18.11: queue limits.
     q18_7_max_running_caps_the_live_leases_of_every_claim,
     q18_7_freed_slots_and_set_limits_wake_the_queue,
+    # Q18.8: per-key concurrency.
+    q18_8_the_concurrency_key_travels_with_the_job,
+    q18_8_bad_concurrency_keys_raise_without_effect,
+    q18_8_max_running_per_key_caps_each_keys_live_leases,
+    q18_8_a_deep_backlog_does_not_starve_other_keys,
+    q18_8_combines_with_max_running_and_counts_its_throttles,
+    q18_8_next_due_waits_for_the_earliest_lease_of_the_full_keys,
     q18_9_the_rate_limit_is_a_token_bucket_on_the_engine_clock,
     q18_9_limits_combine_and_a_pause_still_wins,
     q18_10_stats_show_limits_and_count_throttled_claims,

@@ -62,6 +62,7 @@ _JOB_FIELDS: Final = (
     "died_at",
     "headers",
     "unique_key",
+    "concurrency_key",
 )
 
 Check = Callable[["EngineHarness"], "Awaitable[None]"]

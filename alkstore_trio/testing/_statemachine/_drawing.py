@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import hypothesis.strategies as st
 
-from ._controls import draw_control
+from ._controls import draw_control, draw_per_key
 from ._periodic_steps import draw_fire_periodic  # Q17
 from ._q16 import draw_q16_step
 from ._steps import (
@@ -64,6 +64,8 @@ _OVERRIDES = st.sampled_from((None, 1, 2, 4))
 #: Q15: keys from a tiny alphabet, so that enqueues collide (and no key most of the time).
 _UNIQUE_KEYS: st.SearchStrategy[str | None] = st.sampled_from([None, None, None, "k1", "k2"])
 _UNIQUE_WINDOWS: st.SearchStrategy[float | None] = st.sampled_from([None, None, 4.0, 20.0])
+#: Q18.8: concurrency keys from a tiny alphabet too, so that keys fill up.
+_GROUP_KEYS: st.SearchStrategy[str | None] = st.sampled_from([None, "g1", "g1", "g1", "g2"])
 _HEADERS: st.SearchStrategy[_HeaderPairs | None] = st.sampled_from(
     (None, (), (("traceparent", "00-0af7-b7ad-01"),), (("b", ""), ("a", "ü"), ("ab", "{}")))
 )
@@ -110,6 +112,7 @@ _StepKind: TypeAlias = Literal[
     "reschedule",  # Q16
     "fire_periodic",  # Q17
     "pause",
+    "per_key",  # Q18.8
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -153,6 +156,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
     kinds += ["reschedule"]  # Q16
     kinds += ["fire_periodic", "fire_periodic"]  # Q17
     kinds.append("pause")  # Q18
+    kinds += ["per_key", "per_key"]  # Q18.8: its own kind, so keyed claims meet full keys
     if consumed:
         kinds.append("reuse")
     kind = draw(st.sampled_from(kinds))
@@ -177,6 +181,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         payloads = draw(_PAYLOAD_LISTS)
         keyed: bool = draw(st.booleans())
         keys = tuple(draw(_UNIQUE_KEYS) for _ in payloads) if keyed else None
+        grouped: bool = draw(st.booleans())
+        groups = tuple(draw(_GROUP_KEYS) for _ in payloads) if grouped else None
         return EnqueueMany(
             queue,
             payloads=payloads,
@@ -186,6 +192,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
             headers=draw(_HEADERS),
             unique_keys=keys,
             unique_for_s=draw(_UNIQUE_WINDOWS) if keys and any(keys) else None,
+            concurrency_keys=groups,
         )
     if kind == "transaction":
         return _draw_transaction(draw, run)
@@ -195,6 +202,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw_fire_periodic(draw)
     if kind == "pause":  # Q18
         return draw_control(draw, queue)
+    if kind == "per_key":  # Q18.8
+        return draw_per_key(draw, queue)
     return _draw_row_step(draw, run, kind, queue)
 
 
@@ -212,6 +221,7 @@ def _draw_enqueue(draw: st.DrawFn, queue: str) -> Enqueue:
         headers=draw(_HEADERS),
         unique_key=key,
         unique_for_s=None if key is None else draw(_UNIQUE_WINDOWS),
+        concurrency_key=draw(_GROUP_KEYS),
     )
 
 
@@ -303,6 +313,7 @@ def _draw_transaction(draw: st.DrawFn, run: _Run) -> Tx:
             headers=draw(_HEADERS),
             unique_key=(key := draw(_UNIQUE_KEYS)),
             unique_for_s=None if key is None else draw(_UNIQUE_WINDOWS),
+            concurrency_key=draw(_GROUP_KEYS),
         )
         for _ in range(draw(_TX_SIZES))
     )

@@ -263,6 +263,7 @@ class _Run:
             headers=_headers(step.headers),
             unique_key=step.unique_key,
             unique_for_s=step.unique_for_s,
+            concurrency_key=step.concurrency_key,
         )
         want = self.model.enqueue(
             queue.name,
@@ -275,6 +276,7 @@ class _Run:
             headers=_headers(step.headers),
             unique_key=step.unique_key,
             unique_for_s=step.unique_for_s,
+            concurrency_key=step.concurrency_key,
             now=now,
         )
         _agree(f"{step}: (id, created)", _created(got), _created(want))
@@ -290,6 +292,7 @@ class _Run:
             headers=_headers(step.headers),
             unique_keys=step.unique_keys,
             unique_for_s=step.unique_for_s,
+            concurrency_keys=step.concurrency_keys,
         )
         want_ids = self.model.enqueue_many(
             queue.name,
@@ -301,6 +304,7 @@ class _Run:
             headers=_headers(step.headers),
             unique_keys=step.unique_keys,
             unique_for_s=step.unique_for_s,
+            concurrency_keys=step.concurrency_keys,
             now=now,
         )
         _agree(f"{step}: (id, created)s", _created(*got_ids), _created(*want_ids))
@@ -556,6 +560,7 @@ class _Run:
                         headers=_headers(item.headers),
                         unique_key=item.unique_key,
                         unique_for_s=item.unique_for_s,
+                        concurrency_key=item.concurrency_key,
                     )
                     want = self._model_tx_enqueue(mtx, queue, item, now)
                     _agree(f"{step}: {item}: (id, created)", _created(got), _created(want))
@@ -596,6 +601,7 @@ class _Run:
             headers=_headers(item.headers),
             unique_key=item.unique_key,
             unique_for_s=item.unique_for_s,
+            concurrency_key=item.concurrency_key,
             now=now,
         )
 

@@ -55,6 +55,7 @@ class Enqueue(_Step):
     headers: _HeaderPairs | None = None
     unique_key: str | None = None
     unique_for_s: float | None = None
+    concurrency_key: str | None = None  # Q18.8
 
 
 @dataclass(frozen=True, repr=False)
@@ -70,6 +71,8 @@ class EnqueueMany(_Step):
     #: Q15: one key (or None) per payload, or None for ``unique_keys=None``.
     unique_keys: tuple[str | None, ...] | None = None
     unique_for_s: float | None = None
+    #: Q18.8: one concurrency key (or None) per payload, or None for none.
+    concurrency_keys: tuple[str | None, ...] | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -256,6 +259,7 @@ class TxItem(_Step):
     headers: _HeaderPairs | None = None
     unique_key: str | None = None
     unique_for_s: float | None = None
+    concurrency_key: str | None = None  # Q18.8
 
 
 @dataclass(frozen=True, repr=False)

@@ -39,23 +39,27 @@
 -- fragment: job_fields(state, died_at, payload = j.payload)
 -- D30: the Job fields, in the order _backend._job reads them: the columns of jobs up to
 -- last_error (with the row's state given by `state`), then nullif(headers, '{}'), then
--- `died_at`, then the unique key (Q15). The rows are `j`. The nullif makes a job without
+-- `died_at`, then the unique key (Q15) and the concurrency key (Q18.8). The rows are `j`.
+-- The nullif makes a job without
 -- headers (the usual case) a NULL, which the client turns into no headers without
 -- parsing any JSON. `payload` is the payload column's expression (the reads of one job
 -- send a large payload apart, in slices: see get_job).
 j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attempts,
 j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at,
 j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,
-nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key
+nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key,
+j.concurrency_key
 
--- fragment: new_jobs(payload, key = NULL::text)
+-- fragment: new_jobs(payload, key = NULL::text, group = %(concurrency_key)s::text)
 -- Q2: the insert of new pending jobs, resolved at the clock read t.now, one per row of
 -- the FROM clause that follows (which names `t`); `payload` is each row's payload.
 -- Q15: `key` is the rows' unique key (NULL for none: a keyless row has no entry in the
--- unique index). The delay is never negative (Q2.1: the store sends max(delay_s, 0)).
+-- unique index). Q18.8: `group` is each row's concurrency key (NULL for none: no entry
+-- in the per-key indexes). The delay is never negative (Q2.1: the store sends
+-- max(delay_s, 0)).
 INSERT INTO @schema@.jobs (
     queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, headers, unique_key
+    visibility_timeout_s, backoff_base_s, expires_at, headers, unique_key, concurrency_key
 )
 SELECT
     %(queue)s::text, {payload}, %(priority)s::integer, 'pending', 0,
@@ -66,7 +70,8 @@ SELECT
         ELSE coalesce(%(run_at)s::timestamptz, t.now)
     END,
     t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
-    t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb, {key}
+    t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb, {key},
+    {group}
 
 -- fragment: dead_letter(moved, last_error)
 -- Q4/D1: the dead-letter insert: one dead row per row of the CTE `moved` (a DELETE of
@@ -76,12 +81,12 @@ SELECT
 INSERT INTO @schema@.dead_jobs (
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at, headers, unique_key
+    claim_expires_at, last_error, died_at, headers, unique_key, concurrency_key
 )
 SELECT
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, {last_error}, @schema@.alk_now(), headers, unique_key
+    claim_expires_at, {last_error}, @schema@.alk_now(), headers, unique_key, concurrency_key
 FROM {moved}
 RETURNING id
 
@@ -130,6 +135,18 @@ gate AS MATERIALIZED (
 -- or share a row; the best `take` of them are picked. The MATERIALIZED CTEs make each
 -- walk run exactly once, so no more than `take` rows are ever handed out. Both walks are
 -- gated by `open`: a closed gate locks and hands out nothing (the sweep still runs).
+{claim_walks(walk = {walk})},
+picked AS MATERIALIZED (
+    SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
+    ORDER BY {claim_order(alias = c)}
+    LIMIT {take}
+)
+
+-- fragment: claim_walks(walk, only = true)
+-- Q3 step 1, the pre-claim sweep (`swept`, moved to dead by `dead`), and step 2's two
+-- index walks, gated by `open`: `ready` (pending rows due and not expired) and `lapsed`
+-- (lapsed leases with attempts left), up to `walk` rows each in claim order, locked
+-- with SKIP LOCKED; `only` narrows the walks' rows (Q18.8: to the keyless ones).
 spent AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
@@ -147,7 +164,7 @@ ready AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-        AND (SELECT g.open FROM gate AS g)
+        AND (SELECT g.open FROM gate AS g) AND {only}
     ORDER BY {claim_order(alias = j)}
     LIMIT {walk}
     FOR UPDATE OF j SKIP LOCKED
@@ -157,15 +174,10 @@ lapsed AS MATERIALIZED (
     WHERE j.queue = %(queue)s::text AND j.state = 'processing'
         AND j.claim_expires_at < @schema@.alk_now() AND j.attempts < j.max_attempts
         AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
-        AND (SELECT g.open FROM gate AS g)
+        AND (SELECT g.open FROM gate AS g) AND {only}
     ORDER BY {claim_order(alias = j)}
     LIMIT {walk}
     FOR UPDATE OF j SKIP LOCKED
-),
-picked AS MATERIALIZED (
-    SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS c
-    ORDER BY {claim_order(alias = c)}
-    LIMIT {take}
 )
 
 -- fragment: claim_update
@@ -205,13 +217,13 @@ revived AS (
     INSERT INTO @schema@.jobs (
         id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, headers, unique_key
+        claim_expires_at, last_error, headers, unique_key, concurrency_key
     )
     OVERRIDING SYSTEM VALUE
     SELECT
         m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
         m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error, m.headers, m.unique_key
+        NULL, NULL, NULL, m.last_error, m.headers, m.unique_key, m.concurrency_key
     FROM candidates AS m, (SELECT @schema@.alk_now() AS now) AS t
     ORDER BY m.id
     ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -246,10 +258,13 @@ END
 -- name: enqueue_many
 -- Q2: one row per payload (in order), resolved with one clock read, all with the same
 -- headers (D30: JSON text, '{}' for none); the wake is a NOTIFY, delivered at commit.
+-- Q18.8: concurrency_keys is one key (or NULL) per payload, or NULL for none (unnest
+-- pads it with NULLs).
 WITH inserted AS (
-    {new_jobs(payload = p.payload)}
+    {new_jobs(payload = p.payload, group = p.concurrency_key)}
     FROM (SELECT @schema@.alk_now() AS now) AS t,
-        unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS p (payload, ord)
+        unnest(%(payloads)b::bytea[], %(concurrency_keys)s::text[])
+            WITH ORDINALITY AS p (payload, concurrency_key, ord)
     ORDER BY p.ord
     RETURNING id
 )
@@ -340,7 +355,7 @@ SELECT * FROM claimed
 UNION ALL
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: heartbeat
@@ -494,11 +509,11 @@ claimed AS (
 )
 SELECT
     acked.id,
-    -- A NULL per job field (19): the result has the job fields' shape, not the table's,
+    -- A NULL per job field (20): the result has the job fields' shape, not the table's,
     -- so a column a later migration adds to jobs changes no running statement's result
     -- (a prepared statement's result type must not change).
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL
 FROM acked
 UNION ALL
 SELECT NULL, claimed.* FROM claimed
@@ -506,7 +521,7 @@ UNION ALL
 -- Q18.7: a limited queue's claim is one row of NULLs (see claim_gate).
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: retry_claims
@@ -699,7 +714,10 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken);
 -- queue with a ready job (one probe of the claim index), the seconds until its bucket
 -- holds a whole token (NULL: it does, or no rate) and, when every slot of max_running is
 -- taken, until its earliest live lease lapses (NULL: a slot is free, or no max_running);
--- the engine waits for both. A queue without a control row reads nothing more.
+-- Q18.8: with max_running_per_key, when no ready job is keyless and every key with a
+-- ready job is full, until the earliest live lease of those keys lapses (per key with
+-- pending rows: a loose scan of the per-key index, then a few probes); the engine waits
+-- for all of them. A queue without a control row reads nothing more.
 WITH RECURSIVE priorities (priority) AS (
     (SELECT j.priority FROM @schema@.jobs AS j
      WHERE j.queue = %(queue)s::text AND j.state = 'pending'
@@ -724,6 +742,29 @@ delayed AS (
 control AS MATERIALIZED (
     {limit_state}
 ),
+pending_keys (k) AS (
+    {key_loose_scan(state = 'pending', self = pending_keys)}
+),
+ready_keys AS (
+    SELECT p.k, (
+        SELECT count(*) FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.concurrency_key = p.k
+            AND j.state = 'processing' AND j.claim_expires_at >= @schema@.alk_now()
+    ) AS live, (
+        SELECT min(j.claim_expires_at) FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.concurrency_key = p.k
+            AND j.state = 'processing' AND j.claim_expires_at >= @schema@.alk_now()
+    ) AS lapse
+    FROM pending_keys AS p
+    WHERE p.k IS NOT NULL AND (
+        SELECT true FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.concurrency_key = p.k AND j.state = 'pending'
+            AND j.run_at <= @schema@.alk_now()
+            AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        ORDER BY {claim_order(alias = j)}
+        LIMIT 1
+    )
+),
 waits AS (
     SELECT
         CASE WHEN c.tokens < 1 THEN (1 - c.tokens) / c.rate_per_s END AS token_s,
@@ -732,9 +773,24 @@ waits AS (
             FROM @schema@.jobs AS j
             WHERE j.queue = %(queue)s::text AND j.state = 'processing'
                 AND j.claim_expires_at >= @schema@.alk_now()
-        ) END AS lease_s
+        ) END AS lease_s,
+        CASE WHEN c.max_running_per_key IS NOT NULL AND NOT coalesce((
+            SELECT true FROM @schema@.jobs AS j
+            WHERE j.queue = %(queue)s::text AND j.state = 'pending'
+                AND j.concurrency_key IS NULL AND j.run_at <= @schema@.alk_now()
+                AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+            ORDER BY {claim_order(alias = j)}
+            LIMIT 1
+        ), false) THEN (
+            SELECT pg_catalog.date_part('epoch', min(r.lapse) - @schema@.alk_now())
+            FROM ready_keys AS r
+            HAVING pg_catalog.bool_and(r.live >= c.max_running_per_key)
+        ) END AS key_s
     FROM control AS c
-    WHERE (c.max_running IS NOT NULL OR c.rate_per_s IS NOT NULL) AND (
+    WHERE (
+        c.max_running IS NOT NULL OR c.rate_per_s IS NOT NULL
+        OR c.max_running_per_key IS NOT NULL
+    ) AND (
         -- The first ready job in claim order: a probe of the claim index (not EXISTS,
         -- which would drop the order and let the planner scan for any ready row).
         SELECT true FROM @schema@.jobs AS j
@@ -745,7 +801,7 @@ waits AS (
         LIMIT 1
     )
 )
-SELECT d.s, w.token_s, w.lease_s FROM delayed AS d LEFT JOIN waits AS w ON true;
+SELECT d.s, w.token_s, w.lease_s, w.key_s FROM delayed AS d LEFT JOIN waits AS w ON true;
 
 -- name: schema_version
 SELECT version FROM @schema@.alk_schema_version;
@@ -842,13 +898,15 @@ clock AS MATERIALIZED (
 )
 SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
     x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled, x.paused,
-    x.max_running, x.rate_per_s, x.burst, x.throttled_running, x.throttled_rate, x.limited
+    x.max_running, x.rate_per_s, x.burst, x.throttled_running, x.throttled_rate, x.limited,
+    x.max_running_per_key, x.throttled_per_key
 FROM clock AS c
 LEFT JOIN LATERAL (
     SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
         d.dead, f.acked, f.dead_lettered, f.cancelled, coalesce(k.paused, false) AS paused,
         k.max_running, k.rate_per_s, k.burst, coalesce(k.throttled_running, 0) AS throttled_running,
-        coalesce(k.throttled_rate, 0) AS throttled_rate, coalesce(k.limited, false) AS limited
+        coalesce(k.throttled_rate, 0) AS throttled_rate, coalesce(k.limited, false) AS limited,
+        k.max_running_per_key, coalesce(k.throttled_per_key, 0) AS throttled_per_key
     FROM queues AS q
     LEFT JOIN @schema@.queue_controls AS k ON k.queue = q.queue
     CROSS JOIN LATERAL (
@@ -1016,16 +1074,18 @@ SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control WHERE NOT contro
 
 -- name: lock_limits
 -- Q18.7: lock the queue's control row until the claim commits (the limited claims of
--- one queue take turns); whether the queue is still limited (no row: not).
-SELECT k.limited FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text FOR UPDATE;
+-- one queue take turns); whether the queue is still limited (no row: not), and whether
+-- it has a per-key limit (Q18.8: then the claim is claim_per_key).
+SELECT k.limited, k.max_running_per_key IS NOT NULL
+FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text FOR UPDATE;
 
 -- fragment: limit_state
 -- Q18.7/Q18.9: the queue's control row at alk_now() (no row: no controls): paused,
--- max_running, rate_per_s, the bucket's tokens refilled to now (Q18.9: rate_per_s a
+-- max_running, rate_per_s, max_running_per_key (Q18.8), the bucket's tokens refilled to now (Q18.9: rate_per_s a
 -- second since refilled_at, up to burst; NULL without a rate), and `live`: the queue's
 -- processing rows under unexpired leases (a walk of the lease index's live entries).
 SELECT
-    k.paused, k.max_running, k.rate_per_s,
+    k.paused, k.max_running, k.rate_per_s, k.max_running_per_key,
     CASE WHEN k.rate_per_s IS NOT NULL THEN least(
         k.burst::float8,
         k.tokens + k.rate_per_s * greatest(
@@ -1094,6 +1154,140 @@ bucket AS (
 )
 SELECT * FROM claimed;
 
+-- fragment: key_loose_scan(state, self)
+-- Q18.8: the distinct concurrency keys of the queue's rows in `state` (`k`), one probe
+-- of a per-key index each (a loose index scan: never a walk of one key's rows), in the
+-- recursive CTE `self` (of a WITH RECURSIVE clause).
+(SELECT j.concurrency_key FROM @schema@.jobs AS j
+ WHERE j.queue = %(queue)s::text AND j.state = {state} AND j.concurrency_key IS NOT NULL
+ ORDER BY j.concurrency_key LIMIT 1)
+UNION ALL
+SELECT (SELECT j.concurrency_key FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = {state}
+            AND j.concurrency_key > r.k
+        ORDER BY j.concurrency_key LIMIT 1)
+FROM {self} AS r WHERE r.k IS NOT NULL
+
+-- name: claim_per_key
+-- Q3 under Q18.8 (and Q18.7/Q18.9), after lock_limits: claim_limited's allowance, sweep
+-- and throttle counts, with the candidates found per key. Keyless rows come from the
+-- usual two walks (narrowed to keyless rows). Keyed rows: the distinct keys with
+-- pending or processing rows (two loose scans of the per-key indexes), and per key its
+-- live leases, so its free slots (max_running_per_key - live, at least 0), and its best
+-- free + 1 candidates in claim order (ready pending rows and lapsed leases, each a probe
+-- of a per-key index, SKIP LOCKED); the best `free` of them are the key's candidates, and
+-- one more means a job was held back by the key. The claim takes the best `allowed` of
+-- all candidates. Its cost is O(keys with pending or processing rows), whatever their
+-- backlogs. Throttles: max_running and the rate as claim_limited counts them over these
+-- candidates; the per-key limit when a key held a job back and fewer than `allowed`
+-- candidates were left.
+WITH RECURSIVE control AS MATERIALIZED (
+    {limit_state}
+),
+allowance AS MATERIALIZED (
+    SELECT
+        coalesce(c.paused, false) AS paused, c.max_running, c.tokens, c.live,
+        c.max_running_per_key AS cap,
+        greatest(0, least(
+            %(n)s::bigint,
+            coalesce(c.max_running - c.live, %(n)s::bigint),
+            coalesce(pg_catalog.floor(c.tokens)::bigint, %(n)s::bigint)
+        )) AS allowed
+    FROM (SELECT) AS one LEFT JOIN control AS c ON true
+),
+gate AS MATERIALIZED (
+    SELECT NOT a.paused AS open FROM allowance AS a
+),
+{claim_walks(
+    walk = (SELECT least(%(n)s::bigint, a.allowed + 1) FROM allowance AS a),
+    only = j.concurrency_key IS NULL
+)},
+pending_keys (k) AS (
+    {key_loose_scan(state = 'pending', self = pending_keys)}
+),
+leased_keys (k) AS (
+    {key_loose_scan(state = 'processing', self = leased_keys)}
+),
+slots AS MATERIALIZED (
+    SELECT u.k, greatest(0, a.cap - (
+        SELECT count(*) FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.concurrency_key = u.k
+            AND j.state = 'processing' AND j.claim_expires_at >= @schema@.alk_now()
+    )) AS free
+    FROM (
+        SELECT k FROM pending_keys WHERE k IS NOT NULL
+        UNION SELECT k FROM leased_keys WHERE k IS NOT NULL
+    ) AS u, allowance AS a
+    WHERE a.cap IS NOT NULL AND (SELECT g.open FROM gate AS g)
+),
+keyed_rows AS MATERIALIZED (
+    SELECT s.k, s.free, r.* FROM slots AS s CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.concurrency_key = s.k
+            AND j.state = 'pending' AND j.run_at <= @schema@.alk_now()
+            AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        ORDER BY {claim_order(alias = j)}
+        LIMIT s.free + 1
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS r
+    UNION ALL
+    SELECT s.k, s.free, r.* FROM slots AS s CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.concurrency_key = s.k
+            AND j.state = 'processing' AND j.claim_expires_at < @schema@.alk_now()
+            AND j.attempts < j.max_attempts
+            AND (j.expires_at IS NULL OR j.expires_at >= @schema@.alk_now())
+        ORDER BY {claim_order(alias = j)}
+        LIMIT s.free + 1
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS r
+),
+keyed AS MATERIALIZED (
+    SELECT c.id, c.priority, c.run_at, c.free, pg_catalog.row_number() OVER (
+        PARTITION BY c.k ORDER BY {claim_order(alias = c)}
+    ) AS rank
+    FROM keyed_rows AS c
+),
+candidates AS MATERIALIZED (
+    SELECT id, priority, run_at FROM ready
+    UNION ALL SELECT id, priority, run_at FROM lapsed
+    UNION ALL SELECT id, priority, run_at FROM keyed WHERE rank <= free
+),
+picked AS MATERIALIZED (
+    SELECT c.id FROM candidates AS c
+    ORDER BY {claim_order(alias = c)}
+    LIMIT (SELECT a.allowed FROM allowance AS a)
+),
+counted AS (
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM swept) AS m WHERE m.n > 0, dead_lettered = m.n
+    )}
+),
+claimed AS (
+    {claim_update}
+),
+held AS MATERIALIZED (
+    SELECT a.*, f.found, a.allowed < least(%(n)s::bigint, f.found) AS throttled,
+        f.found < a.allowed AND EXISTS (SELECT 1 FROM keyed WHERE rank > free) AS by_key
+    FROM allowance AS a, (SELECT count(*) AS found FROM candidates) AS f
+),
+bucket AS (
+    UPDATE @schema@.queue_controls AS k SET
+        tokens = coalesce(h.tokens - (SELECT count(*) FROM picked), k.tokens),
+        refilled_at = CASE WHEN h.tokens IS NULL THEN k.refilled_at ELSE @schema@.alk_now() END,
+        throttled_running = k.throttled_running + (
+            h.throttled AND h.max_running IS NOT NULL
+            AND greatest(0, h.max_running - h.live) = h.allowed
+        )::integer,
+        throttled_rate = k.throttled_rate + (
+            h.throttled AND h.tokens IS NOT NULL AND pg_catalog.floor(h.tokens) = h.allowed
+        )::integer,
+        throttled_per_key = k.throttled_per_key + h.by_key::integer
+    FROM held AS h
+    WHERE k.queue = %(queue)s::text
+)
+SELECT * FROM claimed;
+
 -- name: set_limits
 -- Q18.11: the queue's limits (NULL: none), in the pause's transaction (set_paused: the
 -- jobs table in SHARE mode first, so every claim after it sees the new limits). With
@@ -1102,16 +1296,18 @@ SELECT * FROM claimed;
 -- at commit): looser limits may let its idle workers claim.
 WITH control AS (
     INSERT INTO @schema@.queue_controls AS c (
-        queue, updated_at, max_running, rate_per_s, burst, tokens, refilled_at
+        queue, updated_at, max_running, rate_per_s, burst, tokens, refilled_at,
+        max_running_per_key
     )
     VALUES (
         %(queue)s::text, @schema@.alk_now(), %(max_running)s::integer,
         %(rate_per_s)s::float8, %(burst)s::integer, coalesce(%(burst)s::float8, 0),
-        @schema@.alk_now()
+        @schema@.alk_now(), %(max_running_per_key)s::integer
     )
     ON CONFLICT (queue) DO UPDATE SET
         updated_at = EXCLUDED.updated_at,
         max_running = EXCLUDED.max_running,
+        max_running_per_key = EXCLUDED.max_running_per_key,
         rate_per_s = EXCLUDED.rate_per_s,
         burst = EXCLUDED.burst,
         tokens = CASE

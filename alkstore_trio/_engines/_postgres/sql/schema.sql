@@ -46,7 +46,9 @@ CREATE TABLE @schema@.jobs (
     -- The job's headers (D30): a JSON object of str to str, '{}' for none.
     headers jsonb NOT NULL DEFAULT '{}',
     -- The job's unique key (Q15), NULL for none.
-    unique_key text
+    unique_key text,
+    -- The job's concurrency key (Q18.8), NULL for none.
+    concurrency_key text
 );
 
 -- Claims walk pending rows of one queue in claim order.
@@ -61,6 +63,12 @@ CREATE INDEX jobs_expiry_idx ON @schema@.jobs (queue, expires_at)
 -- Q15: at most one live job per (queue, unique_key); keyless rows have no entry.
 CREATE UNIQUE INDEX jobs_unique_key_idx ON @schema@.jobs (queue, unique_key)
     WHERE unique_key IS NOT NULL;
+-- Q18.8: the per-key claim finds the keys with pending rows and each key's best ready
+-- rows, and each key's leases; keyless rows have no entry.
+CREATE INDEX jobs_key_claim_idx ON @schema@.jobs (queue, concurrency_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND concurrency_key IS NOT NULL;
+CREATE INDEX jobs_key_lease_idx ON @schema@.jobs (queue, concurrency_key, claim_expires_at)
+    WHERE state = 'processing' AND concurrency_key IS NOT NULL;
 
 -- Dead jobs: the dead-letter store. Same columns, plus when the job died (before the
 -- headers: the column order is the order the migrations added them in).
@@ -82,7 +90,8 @@ CREATE TABLE @schema@.dead_jobs (
     last_error text,
     died_at timestamptz NOT NULL,
     headers jsonb NOT NULL DEFAULT '{}',
-    unique_key text
+    unique_key text,
+    concurrency_key text
 );
 
 -- Retention purges the oldest dead rows of one queue.
@@ -156,9 +165,13 @@ CREATE TABLE @schema@.queue_controls (
     refilled_at timestamptz,
     throttled_running bigint NOT NULL DEFAULT 0,
     throttled_rate bigint NOT NULL DEFAULT 0,
-    limited boolean NOT NULL
-        GENERATED ALWAYS AS (max_running IS NOT NULL OR rate_per_s IS NOT NULL) STORED,
+    -- Q18.8: at most this many live leases per concurrency key; the claims it throttled.
+    max_running_per_key integer CHECK (max_running_per_key >= 1),
+    throttled_per_key bigint NOT NULL DEFAULT 0,
+    limited boolean NOT NULL GENERATED ALWAYS AS (
+        max_running IS NOT NULL OR rate_per_s IS NOT NULL OR max_running_per_key IS NOT NULL
+    ) STORED,
     CONSTRAINT queue_controls_burst_with_rate CHECK ((burst IS NULL) = (rate_per_s IS NULL))
 );
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (7);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (8);
