@@ -324,10 +324,16 @@ class ClaimBook:
         that had passed when the lookup was sent is replaced: the lookup is the newer
         answer (kept, every later short claim looked the queue up again until the next
         re-poll). One still ahead stays when it is earlier (a wake announced it while the
-        lookup was on its way)."""
+        lookup was on its way).
+
+        The queue is woken too: one more claim, right after the lookup. A job that came
+        due between the short claim and the lookup is in neither answer (the claim ran
+        before it was due, the lookup answers times after its own now); without it, that
+        job waited for the next due time (up to 50 ms late under a backlog of delays)."""
         self.lookups.discard(queue)
         known = self.due.get(queue)
         self.due[queue] = at if known is None or known <= sent_at else min(known, at)
+        self.woken.add(queue)
         return at < math.inf
 
     def lookup_failed(self, queue: str) -> None:

@@ -64,6 +64,18 @@ def test_r11_a_lookup_replaces_a_due_time_that_had_passed():
     assert b.lookups == set()  # known: nothing delayed; not one lookup per short claim
 
 
+def test_r11_a_lookup_wakes_the_queue_for_one_more_claim():
+    # A job due between the short claim and the lookup is in neither answer: the claim
+    # that follows the lookup takes it.
+    b = book()
+    b.claimed("a", [], 5, sent_at=0.0, now=0.0)
+    assert "a" not in b.woken
+    b.looked_up("a", 10.0, sent_at=0.0)
+    assert "a" in b.woken
+    b.claimed("a", [], 5, sent_at=0.1, now=0.1)  # that claim is short too
+    assert b.lookups == set()  # 10 is known and ahead: no second lookup, no loop
+
+
 def test_r11_a_lookup_keeps_an_earlier_due_time_announced_while_it_was_on_its_way():
     b = book()
     b.looked_up("a", 10.0, sent_at=0.0)
