@@ -93,6 +93,7 @@ FRAGMENT_USERS = {
     "claim_walks": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key"},
     "claim_update": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key"},
     "limit_state": {"claim_limited", "claim_per_key", "next_due"},  # Q18.7-Q18.9
+    "limit_allowance": {"claim_limited", "claim_per_key"},  # Q18.7-Q18.9
     "key_loose_scan": {"claim_per_key", "next_due"},  # Q18.8
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},

@@ -1097,19 +1097,18 @@ SELECT
         AND j.claim_expires_at >= @schema@.alk_now()) AS live
 FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text
 
--- name: claim_limited
--- Q3 under Q18.7/Q18.9, after lock_limits: the pre-claim sweep (counted: D27) and up to
--- `allowed` claims: n, less the slots max_running leaves (max_running - live), less the
--- whole tokens of the bucket; a paused queue hands out nothing. The walks take one row
--- more than allowed, to tell whether a limit held the claim back (Q18.10): then each
--- limit whose own allowance was the claim's counts one throttle. The bucket gives one
--- token per job handed out. Without a control row (the limits were cleared), n.
-WITH control AS MATERIALIZED (
+-- fragment: limit_allowance
+-- Q18.7-Q18.9, as CTEs of a limited claim: the control row (`control`, limit_state), and
+-- `allowance`: paused, max_running, the tokens, `live`, the per-key cap (Q18.8) and
+-- `allowed`, the claims the limits let out of n (n, less the slots max_running leaves,
+-- less the whole tokens; without a control row, n); `gate` for claim_walks.
+control AS MATERIALIZED (
     {limit_state}
 ),
 allowance AS MATERIALIZED (
     SELECT
         coalesce(c.paused, false) AS paused, c.max_running, c.tokens, c.live,
+        c.max_running_per_key AS cap,
         greatest(0, least(
             %(n)s::bigint,
             coalesce(c.max_running - c.live, %(n)s::bigint),
@@ -1119,7 +1118,16 @@ allowance AS MATERIALIZED (
 ),
 gate AS MATERIALIZED (
     SELECT NOT a.paused AS open FROM allowance AS a
-),
+)
+
+-- name: claim_limited
+-- Q3 under Q18.7/Q18.9, after lock_limits: the pre-claim sweep (counted: D27) and up to
+-- `allowed` claims: n, less the slots max_running leaves (max_running - live), less the
+-- whole tokens of the bucket; a paused queue hands out nothing. The walks take one row
+-- more than allowed, to tell whether a limit held the claim back (Q18.10): then each
+-- limit whose own allowance was the claim's counts one throttle. The bucket gives one
+-- token per job handed out. Without a control row (the limits were cleared), n.
+WITH {limit_allowance},
 {claim_candidates(
     walk = (SELECT least(%(n)s::bigint, a.allowed + 1) FROM allowance AS a),
     take = (SELECT a.allowed FROM allowance AS a)
@@ -1181,23 +1189,7 @@ FROM {self} AS r WHERE r.k IS NOT NULL
 -- backlogs. Throttles: max_running and the rate as claim_limited counts them over these
 -- candidates; the per-key limit when a key held a job back and fewer than `allowed`
 -- candidates were left.
-WITH RECURSIVE control AS MATERIALIZED (
-    {limit_state}
-),
-allowance AS MATERIALIZED (
-    SELECT
-        coalesce(c.paused, false) AS paused, c.max_running, c.tokens, c.live,
-        c.max_running_per_key AS cap,
-        greatest(0, least(
-            %(n)s::bigint,
-            coalesce(c.max_running - c.live, %(n)s::bigint),
-            coalesce(pg_catalog.floor(c.tokens)::bigint, %(n)s::bigint)
-        )) AS allowed
-    FROM (SELECT) AS one LEFT JOIN control AS c ON true
-),
-gate AS MATERIALIZED (
-    SELECT NOT a.paused AS open FROM allowance AS a
-),
+WITH RECURSIVE {limit_allowance},
 {claim_walks(
     walk = (SELECT least(%(n)s::bigint, a.allowed + 1) FROM allowance AS a),
     only = j.concurrency_key IS NULL
