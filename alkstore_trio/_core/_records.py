@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from datetime import datetime
 
-JobState: TypeAlias = Literal["pending", "processing", "dead"]
+JobState: TypeAlias = Literal["pending", "processing", "cancelling", "dead"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +158,13 @@ class SweepResult(NamedTuple):
     Attributes:
         expired: Live rows moved to dead because they expired.
         purged: Dead rows deleted because their retention ran out.
+        cancelled: Q19.5: cancelling rows finalized as cancelled because their lease
+            lapsed (the holder never settled them).
     """
 
     expired: int
     purged: int
+    cancelled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +188,8 @@ class QueueStats:
         dead_lettered_total: Dead-letter moves of the queue so far (D27): ``fail``,
             ``retry`` at budget, the pre-claim sweep and the expiry sweep. A job
             redriven (D24) and dead again counts twice.
-        cancelled_total: Live jobs of the queue cancelled so far (D27).
+        cancelled_total: Live jobs of the queue cancelled so far (D27): finalized as
+            cancelled (Q19.5), not when a processing one became cancelling.
         paused: Q18: the queue is paused (:meth:`Queue.pause`): no claim hands out its
             jobs until :meth:`Queue.resume`.
         limits: Q18.10: the queue's limits (:meth:`Queue.set_limits`), or ``None`` when
@@ -193,6 +197,9 @@ class QueueStats:
         throttled: Q18.10: how many claims of the queue each limit throttled so far
             (on PostgreSQL since its first limit was set, in memory since the store
             opened).
+        cancelling: Q19.5: rows being cancelled: cancel was called while they were
+            processing, and their holder has not stopped (or its lease not lapsed) yet.
+            Live, but neither pending nor processing.
 
     The three ``*_total`` counters only grow: on PostgreSQL since the schema got its
     counters (migration 2), in memory since the store opened. Two readings give rates
@@ -215,11 +222,13 @@ class QueueStats:
     paused: bool = False
     limits: QueueLimits | None = None
     throttled: Throttled = NOT_THROTTLED
+    # Q19.5: two-phase cancel.
+    cancelling: int = 0
 
     @property
     def live(self) -> int:
-        """Pending plus processing rows."""
-        return self.pending_ready + self.pending_delayed + self.processing
+        """Pending, processing and cancelling rows."""
+        return self.pending_ready + self.pending_delayed + self.processing + self.cancelling
 
     @property
     def finished_total(self) -> int:

@@ -230,3 +230,38 @@ def is_purgeable(job: Job, now: datetime, retention_s: float | None) -> bool:
     """Q9: a dead row whose retention ran out (``None`` keeps it forever): the sweep's
     side of :func:`is_dead_older_than`."""
     return retention_s is not None and is_dead_older_than(job, now, retention_s)
+
+
+# --- Q19.5: two-phase cancel -----------------------------------------------------------
+
+
+def cancel_step(job: Job, now: datetime) -> str:
+    """Q19.5: what ``cancel`` does to a live row at ``now``: ``"finalize"`` (a pending
+    row, or a processing or cancelling one whose lease lapsed: nobody holds it, so it is
+    recorded cancelled at once) or ``"mark"`` (a processing or cancelling row under a
+    live lease: it becomes cancelling, and its holder is told)."""
+    if job.state == "pending" or is_cancel_lapsed(job, now):
+        return "finalize"
+    return "mark"
+
+
+def is_cancel_lapsed(job: Job, now: datetime) -> bool:
+    """Q19.5: a processing or cancelling row whose lease lapsed (``now >
+    claim_expires_at``): a cancel, or the sweep for a cancelling row, finalizes it."""
+    return (
+        job.state in ("processing", "cancelling")
+        and job.claim_expires_at is not None
+        and now > job.claim_expires_at
+    )
+
+
+def cancelling(job: Job) -> Job:
+    """Q19.5: a processing row after ``cancel``: live, out of every claim path, its claim
+    fields kept so its holder can settle it (and the sweep can see its lease lapse)."""
+    return replace(job, state="cancelling")
+
+
+def is_settleable(job: Job, token: int) -> bool:
+    """Q19.5: ``settle_cancelled``'s predicate: the row is cancelling and was claimed
+    with this token (no lease check: the holder may settle late)."""
+    return job.state == "cancelling" and job.attempts == token

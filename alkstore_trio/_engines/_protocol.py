@@ -142,6 +142,18 @@ class WorkPath(Protocol):
         in this queue, whoever holds it (no token check); how many."""
         ...
 
+    # Q19.5: a cancelled claim's holder stops and settles it.
+    async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        """Q19.5: finalize as cancelled each distinct claim whose row of this queue is
+        cancelling under that claim token (no lease check: the holder may settle late);
+        counted as cancelled (D27). The ids finalized."""
+        ...
+
+    async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        """Q19.5: which of these ids are cancelling rows of this queue (a read; workers
+        ask it for the claims they hold, in case an announcement was lost)."""
+        ...
+
     # Q16 / R11 (due times): how a worker learns when its queue's next delayed job is due.
     async def next_due_in_s(self, queue: str) -> float | None:
         """Q16: the seconds from now until the earliest ``run_at`` later than now among
@@ -185,7 +197,10 @@ class OperatorPath(Protocol):
         ...
 
     async def cancel(self, queue: str, job_id: int) -> bool:
-        """Q7: delete this queue's live row, pending or processing."""
+        """Q19.5: cancel this queue's live row: a pending one (or one whose lease lapsed)
+        is finalized as cancelled at once (counted, D27); a processing one becomes
+        cancelling and its holder is told on the queue's wake channel (``cancel:<id>``),
+        as is an already cancelling one again. False when there is no live row."""
         ...
 
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:

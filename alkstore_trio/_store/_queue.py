@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 #: The most rows one :meth:`Queue.list_jobs` call returns (D26): payloads come along.
 LIST_LIMIT_MAX = 1000
-_STATES: tuple[JobState, ...] = ("pending", "processing", "dead")
+_STATES: tuple[JobState, ...] = ("pending", "processing", "cancelling", "dead")
 
 
 @final
@@ -486,10 +486,13 @@ class Queue:
         return checked
 
     async def cancel(self, job_id: int) -> bool:
-        """Delete this queue's live job, pending or processing (Q7).
+        """Cancel this queue's live job (Q19.5).
 
-        Not an interrupt: a worker holding the job keeps running, and its later
-        operations on the job return ``False``.
+        A pending job is recorded cancelled at once. A processing one becomes
+        ``"cancelling"``: its worker is told at once and cancels the handler (at its next
+        trio checkpoint); it is recorded cancelled when the handler stopped, or when its
+        lease lapsed. Once this returned ``True`` the job is never completed, retried or
+        dead-lettered. Calling it again for a cancelling job tells the worker again.
 
         Returns:
             ``False`` when there is no live row (dead rows are not touched).
@@ -497,6 +500,29 @@ class Queue:
         self._store._check_open()
         checked = v.check_job_id(job_id)
         return await self._engine.cancel(self._name, checked)
+
+    async def settle_cancelled(self, handles: Iterable[JobHandle]) -> list[bool]:
+        """Q19.5: their holder stopped: record each job cancelled if it is cancelling
+        under the handle's claim token (no lease check). Handles may be consumed already
+        (an ack refused as the job was cancelling). One bool per handle, in order."""
+        checked = self._checked_handles(handles)
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        claims = [Claim(handle.id, handle._job.attempts) for handle in checked]
+        settled = set(
+            await _consume_all(checked, self._engine.settle_cancelled(self._name, claims))
+        )
+        return [handle.id in settled for handle in checked]
+
+    async def cancelling_among(self, job_ids: Iterable[int]) -> list[int]:
+        """Q19.5: which of these job ids are this queue's cancelling jobs (a read)."""
+        self._store._check_open()
+        checked = list(dict.fromkeys(v.check_job_id(job_id) for job_id in job_ids))
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        return await self._engine.cancelling_among(self._name, checked)
 
     # --- Q16: rescheduling, and the next due time (R11) ---------------------------------
 
@@ -660,7 +686,7 @@ class Queue:
         you walk, so a listing is a series of snapshots, not one.
 
         Args:
-            state: ``"pending"``, ``"processing"`` or ``"dead"``.
+            state: ``"pending"``, ``"processing"``, ``"cancelling"`` or ``"dead"``.
             limit: The most jobs to return, 1 to 1000 (payloads come along).
             after_id: Only jobs with a larger id; ``None`` starts at the first.
 
@@ -675,7 +701,7 @@ class Queue:
         if not isinstance(state, str) or state not in _STATES:
             shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
             raise InvalidArgument(
-                f"state must be one of 'pending', 'processing' or 'dead'; got {shown}"
+                f"state must be one of 'pending', 'processing', 'cancelling' or 'dead'; got {shown}"
             )
         checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
         checked_after = (

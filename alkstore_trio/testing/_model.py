@@ -39,6 +39,7 @@ from .._core import (
     StoreStats,
     SweepResult,
 )
+from . import _model_cancel  # Q19.5
 from ._model_limits import ModelLimits  # Q18.7-Q18.11
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
@@ -188,6 +189,7 @@ class ReferenceModel:
                     paused=name in self._paused,
                     limits=limits,
                     throttled=throttled,
+                    cancelling=sum(1 for job in rows if job.state == "cancelling"),
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -540,23 +542,27 @@ class ReferenceModel:
                 count += 1
         return count
 
-    def cancel(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
-        """Q7: delete this queue's live row, pending or processing (``now`` is unused:
-        cancel does not depend on time)."""
-        del now
-        job = self._rows.get(job_id)
-        if job is None or job.queue != queue or job.state == "dead":
-            return False
-        del self._rows[job_id]
-        self._count(queue, "cancelled")
-        return True
+    def cancel(self, queue: str, job_id: int, *, now: datetime) -> bool:
+        """Q19.5: finalize a pending (or lapsed) row as cancelled, or mark a processing
+        one cancelling (:mod:`._model_cancel`)."""
+        return _model_cancel.cancel(self, queue, job_id, now)
+
+    def settle_cancelled(self, queue: str, claims: Iterable[tuple[int, int]]) -> list[int]:
+        """Q19.5: the holders finalize their cancelling claims; the ids finalized."""
+        return _model_cancel.settle(self, queue, claims)
+
+    def cancelling_among(self, queue: str, job_ids: Iterable[int]) -> list[int]:
+        """Q19.5: which of these ids are cancelling rows of this queue."""
+        return _model_cancel.among(self, queue, job_ids)
 
     def sweep_expired(self, queue: str, retention_s: float | None, *, now: datetime) -> SweepResult:
         """Q9: expired live rows go to dead (``"expired"``), then dead rows older than
-        ``retention_s`` are deleted (``None``: never)."""
+        ``retention_s`` are deleted (``None``: never). Q19.5: first, cancelling rows
+        whose lease lapsed are finalized; a cancelling row never expires."""
+        cancelled = _model_cancel.sweep(self, queue, now)
         expired = 0
         for job in self._live(queue):
-            if self._expired(job, now):
+            if self._expired(job, now) and job.state != "cancelling":
                 self._kill(job, _EXPIRED, now)
                 expired += 1
         purged = 0
@@ -570,7 +576,7 @@ class ReferenceModel:
                 ):
                     del self._rows[job.id]
                     purged += 1
-        return SweepResult(expired, purged)
+        return SweepResult(expired, purged, cancelled)
 
     # -- D24, D25: the operator's redrive and purge -------------------------------------
 

@@ -11,6 +11,8 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
   first moves the ones that came due into ``ready``.
 - ``leases``: processing rows keyed by deadline; a claim moves the lapsed ones into
   ``ready`` (or dead-letters them when their attempts are spent: the pre-claim sweep).
+- ``cancelling``: cancelling rows (Q19.5) keyed by deadline, for the sweep
+  (:mod:`._cancel`).
 - ``expiry``: live rows with an ``expires_at``, for the sweep; ``dead``: dead rows by
   ``died_at``, for retention. Entries of both are stale when the row they name no longer
   has that ``expires_at`` or ``died_at`` (purged, or redriven from dead: D24).
@@ -61,7 +63,7 @@ from ..._core import (
 )
 from ..._core import _transitions as t
 from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
-from . import _per_key
+from . import _cancel, _per_key
 from ._limits import LimitBook
 
 if TYPE_CHECKING:
@@ -90,12 +92,13 @@ def _ready_entry(job: Job, gen: int) -> _ReadyEntry:
 
 
 class _QueueIndex:
-    __slots__ = ("dead", "delayed", "expiry", "leases", "ready", "windows")
+    __slots__ = ("cancelling", "dead", "delayed", "expiry", "leases", "ready", "windows")
 
     def __init__(self) -> None:
         self.ready: list[_ReadyEntry] = []
         self.delayed: list[tuple[datetime, int, int]] = []
         self.leases: list[tuple[datetime, int, int]] = []
+        self.cancelling: list[tuple[datetime, int, int]] = []  # Q19.5
         self.expiry: list[tuple[datetime, int]] = []
         self.dead: list[tuple[datetime, int]] = []
         self.windows: list[tuple[datetime, str]] = []  # Q15: (expires_at, key)
@@ -168,16 +171,18 @@ class JobTable:
         counts: dict[str, list[int]] = {}
         oldest: dict[str, datetime] = {}
         if queue is not None:
-            counts[queue] = [0, 0, 0, 0, 0]
+            counts[queue] = [0, 0, 0, 0, 0, 0]
         else:
             for name in [*self._finished, *self._paused, *self.limits.listed()]:
-                counts[name] = [0, 0, 0, 0, 0]
+                counts[name] = [0, 0, 0, 0, 0, 0]
         for job in [*self._live.values(), *self._dead.values()]:
             if queue is not None and job.queue != queue:
                 continue
-            row = counts.setdefault(job.queue, [0, 0, 0, 0, 0])
+            row = counts.setdefault(job.queue, [0, 0, 0, 0, 0, 0])
             if job.state == "dead":
                 row[4] += 1
+            elif job.state == "cancelling":
+                row[5] += 1
             elif job.state == "processing":
                 row[2] += 1
                 if t.is_reclaimable(job, now):
@@ -209,6 +214,7 @@ class JobTable:
                     paused=name in self._paused,
                     limits=limits,
                     throttled=throttled,
+                    cancelling=row[5],
                 )
             )
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
@@ -443,14 +449,17 @@ class JobTable:
         ]
         return self._finish_claims(queue, finish, now)
 
-    def cancel(self, queue: str, job_id: int) -> bool:
-        """Q7: delete this queue's live row, whatever its state."""
-        job = self._live.get(job_id)
-        if job is None or job.queue != queue:
-            return False
-        self._drop_live(job_id)
-        self._counts(queue).cancelled += 1
-        return True
+    def cancel(self, queue: str, job_id: int, now: datetime) -> tuple[bool, bool]:
+        """Q19.5: cancel this queue's live row; (cancelled, announce to its holder)."""
+        return _cancel.cancel(self, queue, job_id, now)
+
+    def settle_cancelled(self, queue: str, claims: Iterable[Claim], now: datetime) -> list[int]:
+        """Q19.5: the holders finalize their cancelling claims; the ids finalized."""
+        return _cancel.settle(self, queue, claims, now)
+
+    def cancelling_among(self, queue: str, job_ids: Iterable[int]) -> list[int]:
+        """Q19.5: which of these ids are cancelling rows of this queue."""
+        return _cancel.among(self, queue, job_ids)
 
     def requeue_dead(self, queue: str, job_ids: Iterable[int] | None, now: datetime) -> int:
         """D24: move this queue's dead rows with these ids (every one for ``None``) back
@@ -497,17 +506,20 @@ class JobTable:
         return len(doomed)
 
     def sweep_expired(self, queue: str, retention_s: float | None, now: datetime) -> SweepResult:
-        """Q9: dead-letter expired live rows, then purge dead rows past retention."""
+        """Q19.5: finalize lapsed cancelling rows; Q9: dead-letter expired live rows (not
+        cancelling ones: a cancelled job is never *expired*), then purge dead rows past
+        retention."""
         self._observe(now)
         index = self._queues.get(queue)
         if index is None:
             return SweepResult(0, 0)
+        cancelled = _cancel.sweep(self, index, now)
         expired = 0
         while index.expiry and index.expiry[0][0] < now:
             expires_at, job_id = heapq.heappop(index.expiry)
             job = self._live.get(job_id)
             # A row redriven from dead (D24) has a new expires_at; its old entry is stale.
-            if job is not None and job.expires_at == expires_at:
+            if job is not None and job.expires_at == expires_at and job.state != "cancelling":
                 self._replace(t.dead(job, now, t.EXPIRED), now)
                 expired += 1
         purged = 0
@@ -525,7 +537,7 @@ class JobTable:
             del self._dead[job_id]
             purged += 1
         self._drop_closed_windows(queue, index, now)
-        return SweepResult(expired, purged)
+        return SweepResult(expired, purged, cancelled)
 
     # -- Q16: rescheduling, and the next due time (R11) --------------------------------
 
@@ -618,6 +630,9 @@ class JobTable:
         if job.state == "processing":
             assert job.claim_expires_at is not None
             heapq.heappush(index.leases, (job.claim_expires_at, job.id, gen))
+        elif job.state == "cancelling":
+            assert job.claim_expires_at is not None
+            heapq.heappush(index.cancelling, (job.claim_expires_at, job.id, gen))
         elif job.run_at <= now:
             heapq.heappush(index.ready, _ready_entry(job, gen))
         else:
@@ -764,14 +779,19 @@ class JobTable:
             index.ready.clear()
             index.delayed.clear()
             index.leases.clear()
+            index.cancelling.clear()
         for job in self._live.values():
             gen = self._gen[job.id]
             index = self._queues[job.queue]
             if job.state == "processing":
                 assert job.claim_expires_at is not None
                 index.leases.append((job.claim_expires_at, job.id, gen))
+            elif job.state == "cancelling":
+                assert job.claim_expires_at is not None
+                index.cancelling.append((job.claim_expires_at, job.id, gen))
             else:
                 index.delayed.append((job.run_at, job.id, gen))
         for index in self._queues.values():
             heapq.heapify(index.leases)
+            heapq.heapify(index.cancelling)
             heapq.heapify(index.delayed)

@@ -362,7 +362,16 @@ class PostgresEngine:
     # -- the operator path -------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: int) -> bool:
-        return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
+        params = {"id": job_id, "queue": queue, "channel": self._channel(queue)}
+        ((cancelled, _),) = await self._run("cancel", params)
+        return bool(cancelled)
+
+    async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        return [row[0] for row in await self._run("settle_cancelled", _claim_params(queue, claims))]
+
+    async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        params: dict[str, object] = {"queue": queue, "ids": _int_array(job_ids)}
+        return [row[0] for row in await self._run("cancelling_among", params)]
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
         name, params = ("find_job", {}) if queue is None else ("get_job", {"queue": queue})
@@ -371,10 +380,10 @@ class PostgresEngine:
         )
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
-        ((expired, purged),) = await self._run(
+        ((expired, purged, cancelled),) = await self._run(
             "sweep_expired", {"queue": queue, "retention_s": retention_s}
         )
-        return SweepResult(int(expired), int(purged))
+        return SweepResult(int(expired), int(purged), int(cancelled))
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None
@@ -654,6 +663,11 @@ class PostgresEngine:
             queue = channels.get(note.channel)
             if queue is None:
                 continue
+            if note.payload.startswith("cancel:"):  # Q19.5: "cancel:<job id>"
+                job_id = _cancelled_id(note.payload)
+                if job_id is not None:
+                    self.wakes.publish_cancel(queue, job_id)
+                continue
             seconds = _due_in_s(note.payload) if note.payload else None
             if seconds is None:
                 ready.add(queue)
@@ -678,6 +692,12 @@ def _due_in_s(payload: str) -> float | None:
     except ValueError:
         return None
     return seconds if 0 <= seconds < math.inf else None
+
+
+def _cancelled_id(payload: str) -> int | None:
+    """Q19.5: the job id of a ``cancel:<id>`` announcement, else ``None``."""
+    digits = payload[7:]
+    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 def _claim_params(

@@ -125,11 +125,6 @@ from .q6_ack_batch import (
     q6_ack_batch_deletes_only_valid_claims_of_this_queue,
     q6_ack_batch_of_nothing_returns_zero,
 )
-from .q7_cancel import (
-    q7_cancel_deletes_a_pending_row,
-    q7_cancel_deletes_a_processing_row_and_refuses_its_holder,
-    q7_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
-)
 from .q8_read import (
     q8_get_job_shows_every_field,
     q8_rows_of_other_queues_are_invisible,
@@ -239,6 +234,13 @@ from .q18_per_key import (
     q18_8_next_due_waits_for_the_earliest_lease_of_the_full_keys,
     q18_8_the_concurrency_key_travels_with_the_job,
 )
+from .q19_5_cancel import (
+    q19_5_a_lapsed_cancelling_row_is_finalized_by_cancel_or_the_sweep,
+    q19_5_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+    q19_5_cancel_finalizes_a_pending_row_at_once,
+    q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder,
+    q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -318,9 +320,11 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q6_ack_batch_deletes_only_valid_claims_of_this_queue,
     q6_ack_batch_counts_a_claim_at_its_deadline_instant,
     q6_ack_batch_of_nothing_returns_zero,
-    q7_cancel_deletes_a_pending_row,
-    q7_cancel_deletes_a_processing_row_and_refuses_its_holder,
-    q7_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+    q19_5_cancel_finalizes_a_pending_row_at_once,
+    q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder,
+    q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key,
+    q19_5_a_lapsed_cancelling_row_is_finalized_by_cancel_or_the_sweep,
+    q19_5_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
     q8_get_job_shows_every_field,
     q8_rows_of_other_queues_are_invisible,
     q8_timestamps_are_aware_utc,

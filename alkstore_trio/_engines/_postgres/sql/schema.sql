@@ -25,13 +25,13 @@ CREATE FUNCTION @schema@.alk_now() RETURNS timestamptz
     LANGUAGE sql STABLE PARALLEL SAFE
     AS 'SELECT pg_catalog.statement_timestamp()';
 
--- Live jobs: pending or processing.
+-- Live jobs: pending, processing or cancelling (Q19.5).
 CREATE TABLE @schema@.jobs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL,
     payload bytea NOT NULL,
     priority integer NOT NULL,
-    state text NOT NULL CHECK (state IN ('pending', 'processing')),
+    state text NOT NULL,
     attempts integer NOT NULL,
     max_attempts integer NOT NULL CHECK (max_attempts >= 1),
     run_at timestamptz NOT NULL,
@@ -48,7 +48,10 @@ CREATE TABLE @schema@.jobs (
     -- The job's unique key (Q15), NULL for none.
     unique_key text,
     -- The job's concurrency key (Q18.8), NULL for none.
-    concurrency_key text
+    concurrency_key text,
+    -- Q19.5: when cancel was first called while the job was processing; NULL otherwise.
+    cancel_requested_at timestamptz,
+    CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'processing', 'cancelling'))
 );
 
 -- Claims walk pending rows of one queue in claim order.
@@ -69,6 +72,9 @@ CREATE INDEX jobs_key_claim_idx ON @schema@.jobs (queue, concurrency_key, priori
     WHERE state = 'pending' AND concurrency_key IS NOT NULL;
 CREATE INDEX jobs_key_lease_idx ON @schema@.jobs (queue, concurrency_key, claim_expires_at)
     WHERE state = 'processing' AND concurrency_key IS NOT NULL;
+-- Q19.5: the sweep finds the cancelling rows whose lease lapsed (empty in the usual case).
+CREATE INDEX jobs_cancelling_idx ON @schema@.jobs (queue, claim_expires_at)
+    WHERE state = 'cancelling';
 
 -- Dead jobs: the dead-letter store. Same columns, plus when the job died (before the
 -- headers: the column order is the order the migrations added them in).
