@@ -20,12 +20,16 @@ Each claim has exactly one :class:`ClaimState`::
                   └─ lease lapsed ─►  LOST ◄── refused() / lease ran out       DONE
                      before start        (outcome discarded)            (out of the book)
 
+    STARTING / RUNNING / CANCELLING ─cancel_requested()─► ABORTING ─finished()─► FINISHED
+    (R15: the store announced the job cancelled; its outcome is settle_cancelled)
+
 The events: :meth:`ClaimBook.claimed` (a claim statement answered), :meth:`~ClaimBook.start`
 (a job actor is about to run the handler's first line), :meth:`~ClaimBook.finished` (the
 handler ended), :meth:`~ClaimBook.reported` (the dispatcher received that),
 :meth:`~ClaimBook.renewed` / :meth:`~ClaimBook.refused` (a heartbeat's answer),
 :meth:`~ClaimBook.settled` (an outcome statement's answer), :meth:`~ClaimBook.stop`,
-:meth:`~ClaimBook.tick`, :meth:`~ClaimBook.wake` and :meth:`~ClaimBook.grace_over`.
+:meth:`~ClaimBook.tick`, :meth:`~ClaimBook.wake`, :meth:`~ClaimBook.grace_over` and
+:meth:`~ClaimBook.cancel_requested` (R15: the job was cancelled in the store).
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class ClaimState(enum.Enum):
     #: The worker is stopping and the grace ran out: its scope was cancelled (or its
     #: handler will never start); its outcome will be a release.
     CANCELLING = "cancelling"
+    #: R15: the job was cancelled in the store (``queue.cancel``): its scope was cancelled
+    #: (or its handler will never start); its outcome will be ``settle_cancelled``.
+    ABORTING = "aborting"
     #: The claim was found lost (a refusal, or its lease ran out by the worker's clock):
     #: its scope was cancelled, its outcome will be discarded, no statement is sent for it.
     LOST = "lost"
@@ -71,14 +78,18 @@ class ClaimState(enum.Enum):
 
 #: States whose cancel scope is still open (a renewal moves its deadline).
 _SCOPED: Final = frozenset({ClaimState.STARTING, ClaimState.RUNNING, ClaimState.CANCELLING})
+#: R15: states a cancel announcement aborts (their scope is to be cancelled).
+_ABORTABLE: Final = _SCOPED
+#: States a refusal leaves as they are.
+_NOT_LOSABLE: Final = frozenset({ClaimState.LOST, ClaimState.DONE, ClaimState.ABORTING})
 #: States whose claim may still be renewed.
 _RENEWABLE: Final = _SCOPED | {ClaimState.FINISHED}
 
 
 class Outcome(NamedTuple):
     """What is to be done with a claim's job: ``kind`` is ``"ack"``, ``"retry"``,
-    ``"fail"`` or ``"release"`` (a retry with delay 0 because the worker stopped or the
-    lease was uncertain)."""
+    ``"fail"``, ``"release"`` (a retry with delay 0 because the worker stopped or the
+    lease was uncertain) or ``"cancelled"`` (R15: ``settle_cancelled``)."""
 
     kind: str
     error: str | None = None
@@ -87,6 +98,8 @@ class Outcome(NamedTuple):
 
 #: The outcome of a claim whose handler returned (shared: the hot path allocates none).
 ACK: Final = Outcome("ack")
+#: R15: the outcome of a claim whose job was cancelled in the store.
+CANCELLED: Final = Outcome("cancelled")
 #: The raw result of a handler cancelled by its lease's deadline (see :meth:`reported`).
 _LAPSED: Final = Outcome("lapsed")
 
@@ -109,6 +122,10 @@ class Claim:
     outcome: Outcome | None = None
     scope: Any = None
     heartbeat_scope: Any = None
+    #: R15: when the cancel announcement reached the book, and when the job actor ended
+    #: (trio time; the actor sets it): the cancel's latency in this worker.
+    aborted_at: float | None = None
+    ended_at: float | None = None
 
 
 class Verdict(enum.Enum):
@@ -179,7 +196,8 @@ class ClaimBook:
         #: R11: the queues whose next due time the dispatcher is to look up now.
         self.lookups: set[str] = set()
         self.counts: dict[str, int] = dict.fromkeys(
-            ("claimed", "acked", "retried", "dead_lettered", "released", "lease_lost"), 0
+            ("claimed", "acked", "retried", "dead_lettered", "released", "lease_lost", "cancelled"),
+            0,
         )
 
     # --- claiming (R2) ---------------------------------------------------------------
@@ -372,7 +390,10 @@ class ClaimBook:
         state = claim.state
         if state is ClaimState.LOST or state is ClaimState.DONE:
             return
-        if state is ClaimState.CANCELLING:
+        if state is ClaimState.ABORTING:
+            # R15: cancelled in the store: whatever the handler did, the job is cancelled.
+            result = CANCELLED
+        elif state is ClaimState.CANCELLING:
             # Stopping, the grace ran out: give the job back (whatever the handler did
             # while being cancelled, its claim is released).
             result = Outcome("release", WORKER_STOPPED, 0.0) if result is None else result
@@ -402,6 +423,37 @@ class ClaimBook:
         claim.state = ClaimState.SETTLING
         return Verdict.SEND
 
+    # --- cancel announcements (R15) --------------------------------------------------
+
+    def cancel_requested(self, job_ids: Iterable[int], now: float) -> list[Claim]:
+        """The store announced these jobs cancelled at ``now`` (ids of jobs this worker
+        does not hold are ignored). A claim whose handler runs, or has yet to start,
+        becomes ABORTING: returned, its scope is to be cancelled at once (a handler not
+        started never starts). A finished one's outcome becomes ``settle_cancelled``
+        (its ack would be refused). One settling already is left to the refusal path."""
+        wanted = set(job_ids)
+        aborted = []
+        for claim in self.claims:
+            if claim.handle.id not in wanted:
+                continue
+            if claim.state in _ABORTABLE:
+                claim.state = ClaimState.ABORTING
+                claim.aborted_at = now
+                aborted.append(claim)
+            elif claim.state is ClaimState.FINISHED and claim.aborted_at is None:
+                claim.aborted_at = now
+                claim.outcome = CANCELLED
+        return aborted
+
+    def abortable(self) -> dict[str, list[Claim]]:
+        """R15's safety net: per queue, the claims whose handlers run or have yet to
+        start (to ask the store which of their jobs are cancelling)."""
+        held: dict[str, list[Claim]] = {}
+        for claim in self.claims:
+            if claim.state in _ABORTABLE:
+                held.setdefault(claim.queue, []).append(claim)
+        return held
+
     # --- heartbeats (R6) -------------------------------------------------------------
 
     def renewable(self, claims: Iterable[Claim]) -> dict[str, list[Claim]]:
@@ -427,7 +479,9 @@ class ClaimBook:
         """A renewal, ack, retry or fail was refused: the claim is lost. True when this
         is news (count and log it); either way its scope is to be cancelled and nothing
         more is tried for it."""
-        if claim.state is ClaimState.LOST or claim.state is ClaimState.DONE:
+        if claim.state in _NOT_LOSABLE:
+            # LOST or DONE already; R15: an aborting claim's job is cancelling in the
+            # store, so a refusal is expected there: its outcome stays settle_cancelled.
             return False
         self._lose(claim)
         return True
@@ -441,7 +495,7 @@ class ClaimBook:
 
     def settle_groups(self, claims: Iterable[Claim]) -> dict[tuple[str, str], list[Claim]]:
         """The statements to send for these claims' outcomes: one per queue and kind
-        (``"ack"``, ``"retry"`` — releases included — or ``"fail"``)."""
+        (``"ack"``, ``"retry"`` — releases included —, ``"fail"`` or ``"cancelled"``)."""
         groups: dict[tuple[str, str], list[Claim]] = {}
         for claim in claims:
             if claim.state is ClaimState.SETTLING:
@@ -451,12 +505,18 @@ class ClaimBook:
                 groups.setdefault((claim.queue, kind), []).append(claim)
         return groups
 
-    def settled(self, claim: Claim, done: bool) -> str:
+    def settled(self, claim: Claim, done: bool, *, cancelled: bool = False) -> str:
         """The store answered a claim's outcome statement (``done``: accepted). Returns
         what happened: ``"ack"``, ``"retry"``, ``"release"``, ``"dead"`` (a fail, or a
-        retry on the job's last attempt) or ``"lost"`` (refused)."""
+        retry on the job's last attempt), ``"cancelled"`` (R15: its settle_cancelled was
+        accepted, or ``cancelled``: it was refused, and then settled as cancelled) or
+        ``"lost"`` (refused)."""
         outcome = claim.outcome
         assert outcome is not None
+        if cancelled or (done and outcome is CANCELLED):
+            self._drop(claim)
+            self.counts["cancelled"] += 1
+            return "cancelled"
         if not done:
             self._lose(claim)
             self._drop(claim)
@@ -506,7 +566,11 @@ class ClaimBook:
 
     def open_scopes(self) -> list[Claim]:
         """The claims whose scopes are still open (to cancel when the worker must end)."""
-        return [claim for claim in self.claims if claim.state in _SCOPED]
+        return [
+            claim
+            for claim in self.claims
+            if claim.state in _SCOPED or claim.state is ClaimState.ABORTING
+        ]
 
     def only_settling(self) -> bool:
         """Every claim held waits for an outcome statement (nothing runs)."""

@@ -46,6 +46,8 @@ class WorkerStatistics:
             and counts in ``dead_lettered`` instead.
         lease_lost: Claims found lost (a refused heartbeat, ack, retry or fail): the
             handler was cancelled or its outcome discarded.
+        cancelled: R15: jobs cancelled in the store (``queue.cancel``) while this worker
+            held them, settled as cancelled once their handler stopped.
         in_flight: Claims held now (handler running, or its outcome not yet applied).
         handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``.
         timed_out: Handlers cancelled by ``job_timeout_s``.
@@ -77,6 +79,7 @@ class WorkerStatistics:
     claim_to_start_mean_s: float
     run_time_total_s: float
     run_time_mean_s: float
+    cancelled: int = 0
 
 
 def statistics_of(
@@ -112,6 +115,7 @@ def statistics_of(
         claim_to_start_mean_s=claim_to_start_total_s / c["started"] if c["started"] else 0.0,
         run_time_total_s=run_time_total_s,
         run_time_mean_s=run_time_total_s / c["finished"] if c["finished"] else 0.0,
+        cancelled=book_counts["cancelled"],
     )
 
 
@@ -130,6 +134,7 @@ EVENT_KINDS: Final = frozenset(
         "release",  # given back because the worker stopped
         "dead",  # dead-lettered (error)
         "lease_lost",  # the claim was found lost; the handler was cancelled
+        "cancelled",  # R15: the job was cancelled in the store; its handler stopped
         "engine_error",  # a store operation failed; it is tried again (job may be None)
         "sweep",  # sweep_expired removed rows (job None; message says how many)
         "sweep_failed",  # sweep_expired failed (job None)
@@ -159,6 +164,8 @@ class WorkerEvent:
         error: The error text stored with a retry, release or dead-letter, or the error
             of a timeout, handler error or engine error.
         delay_s: The retry delay the handler asked for (``None``: the queue's backoff).
+        latency_s: ``"cancelled"`` (R15): seconds from the cancel's announcement reaching
+            this worker to its handler's end (``None``: the handler had ended before).
     """
 
     kind: str
@@ -170,6 +177,7 @@ class WorkerEvent:
     message: str
     error: str | None = None
     delay_s: float | None = None
+    latency_s: float | None = None
 
     @property
     def job_id(self) -> int | None:
@@ -209,6 +217,7 @@ class Reporter:
         error: str | None = None,
         delay_s: float | None = None,
         exc_info: BaseException | None = None,
+        latency_s: float | None = None,
     ) -> None:
         """Log one transition with the structured fields and publish it on the event
         streams (R9); never the payload."""
@@ -240,6 +249,7 @@ class Reporter:
                     message=message % args if args else message,
                     error=error,
                     delay_s=delay_s,
+                    latency_s=latency_s,
                 )
             )
 

@@ -81,9 +81,11 @@ if TYPE_CHECKING:
 
 #: Operations whose acceptance the record shows (the worker logs them after the store
 #: said yes).
-ACCEPTED_KINDS: Final = frozenset({"heartbeat", "ack", "retry", "release", "dead"})
+ACCEPTED_KINDS: Final = frozenset({"heartbeat", "ack", "retry", "release", "dead", "cancelled"})
 #: Accepted operations that end a claim (one-shot, Q4).
-TERMINAL_KINDS: Final = frozenset({"ack", "retry", "release", "dead"})
+TERMINAL_KINDS: Final = frozenset({"ack", "retry", "release", "dead", "cancelled"})
+#: Accepted operations after which the job is never claimed again.
+_FINAL_KINDS: Final = frozenset({"ack", "dead", "cancelled"})
 #: Names used by older records (``tests/faults/_worker_proc.py``) for the same events.
 _LEGACY_KINDS: Final = {"end": "finish", "stopped": "worker_stop", "ready": "worker_start"}
 
@@ -617,7 +619,10 @@ def _check_job(
         )
     if last is not None and last.terminal is not None and last.terminal.kind == "dead" and live:
         violate("final_state", f"dead-lettered ({last.terminal.describe()}), yet still live")
-    if live or dead or acked or removed:
+    cancelled = last is not None and last.terminal is not None and last.terminal.kind == "cancelled"
+    if cancelled and (live or dead):  # R15: settled as cancelled, so gone
+        violate("final_state", f"cancelled, yet the store still holds it as {live=}, {dead=}")
+    if live or dead or acked or cancelled or removed:
         return
     if last is not None and last.source not in complete:
         totals.notes.append(
@@ -748,7 +753,7 @@ def _check_across_claims(
                     f"claimed by {first.source} at t={first.t:.3f}: its token was no "
                     "longer current",
                 )
-        if later and claim.terminal is not None and claim.terminal.kind in ("ack", "dead"):
+        if later and claim.terminal is not None and claim.terminal.kind in _FINAL_KINDS:
             violate(
                 "stale_token",
                 f"{claim.terminal.describe()} was accepted, yet attempt {later[0].token} was "
