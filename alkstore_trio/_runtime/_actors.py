@@ -50,6 +50,14 @@ class CancelCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class Aborted:
+    """From the listener (R15): claims of cancelled jobs whose handlers never started;
+    the book finished them, the dispatcher settles them."""
+
+    claims: tuple[Claim, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """From :meth:`Worker.stop`: stop claiming."""
 
@@ -89,6 +97,7 @@ class HeartbeatsDue:
 
 Message: TypeAlias = (
     "Wake | Tick | Stop | Finished | Claimed | HeartbeatRequest | HeartbeatsDue | CancelCheck"
+    " | Aborted"
 )
 #: What the dispatcher asks the timer for: a message at a trio time, a :class:`Wake` of a
 #: queue whose delayed job becomes due then (R11) or a :class:`HeartbeatsDue`; ``None``
@@ -127,8 +136,11 @@ async def serve_wakes(
             woken = await listener.wait()
             cancels = listener.take_cancels()
             if cancels:
-                for claim in book.cancel_requested(cancels, trio.current_time()):
+                aborted, unstarted = book.cancel_requested(cancels, trio.current_time())
+                for claim in aborted:
                     claim.scope.cancel()
+                if unstarted:
+                    await inbox.send(Aborted(tuple(unstarted)))
             if listener.take_resync():
                 await inbox.send(CancelCheck())
             if woken:

@@ -20,7 +20,8 @@ Each claim has exactly one :class:`ClaimState`::
                   └─ lease lapsed ─►  LOST ◄── refused() / lease ran out       DONE
                      before start        (outcome discarded)            (out of the book)
 
-    STARTING / RUNNING / CANCELLING ─cancel_requested()─► ABORTING ─finished()─► FINISHED
+    RUNNING / CANCELLING ─cancel_requested()─► ABORTING ─finished()─► FINISHED
+    STARTING ─cancel_requested()─► FINISHED (never starts)
     (R15: the store announced the job cancelled; its outcome is settle_cancelled)
 
 The events: :meth:`ClaimBook.claimed` (a claim statement answered), :meth:`~ClaimBook.start`
@@ -425,25 +426,36 @@ class ClaimBook:
 
     # --- cancel announcements (R15) --------------------------------------------------
 
-    def cancel_requested(self, job_ids: Iterable[int], now: float) -> list[Claim]:
+    def cancel_requested(
+        self, job_ids: Iterable[int], now: float
+    ) -> tuple[list[Claim], list[Claim]]:
         """The store announced these jobs cancelled at ``now`` (ids of jobs this worker
-        does not hold are ignored). A claim whose handler runs, or has yet to start,
-        becomes ABORTING: returned, its scope is to be cancelled at once (a handler not
-        started never starts). A finished one's outcome becomes ``settle_cancelled``
-        (its ack would be refused). One settling already is left to the refusal path."""
+        does not hold are ignored). Returns (aborted, unstarted). A claim whose handler
+        runs (or is being cancelled by a stop) becomes ABORTING: in ``aborted``, its
+        scope is to be cancelled at once. One whose handler has not started never starts:
+        it is FINISHED with ``settle_cancelled`` as outcome, in ``unstarted``, for the
+        dispatcher to report (its job actor skips it). A finished one's outcome becomes
+        ``settle_cancelled`` (its ack would be refused). One settling already is left to
+        the refusal path."""
         wanted = set(job_ids)
-        aborted = []
+        aborted: list[Claim] = []
+        unstarted: list[Claim] = []
         for claim in self.claims:
-            if claim.handle.id not in wanted:
+            if claim.handle.job.id not in wanted:
                 continue
-            if claim.state in _ABORTABLE:
+            state = claim.state
+            if state is ClaimState.STARTING:
+                claim.state, claim.outcome = ClaimState.FINISHED, CANCELLED
+                claim.aborted_at = claim.ended_at = now
+                unstarted.append(claim)
+            elif state is ClaimState.RUNNING or state is ClaimState.CANCELLING:
                 claim.state = ClaimState.ABORTING
                 claim.aborted_at = now
                 aborted.append(claim)
-            elif claim.state is ClaimState.FINISHED and claim.aborted_at is None:
+            elif state is ClaimState.FINISHED and claim.aborted_at is None:
                 claim.aborted_at = now
                 claim.outcome = CANCELLED
-        return aborted
+        return aborted, unstarted
 
     def abortable(self) -> dict[str, list[Claim]]:
         """R15's safety net: per queue, the claims whose handlers run or have yet to
@@ -461,7 +473,8 @@ class ClaimBook:
         settled, lost or reported are left out (their handles may be consumed)."""
         groups: dict[str, list[Claim]] = {}
         for claim in claims:
-            if claim.state in _RENEWABLE:
+            # R15: an announced claim is settled without a lease: nothing to renew.
+            if claim.state in _RENEWABLE and claim.aborted_at is None:
                 group = groups.setdefault(claim.queue, [])
                 if claim not in group:
                     group.append(claim)
@@ -479,8 +492,8 @@ class ClaimBook:
         """A renewal, ack, retry or fail was refused: the claim is lost. True when this
         is news (count and log it); either way its scope is to be cancelled and nothing
         more is tried for it."""
-        if claim.state in _NOT_LOSABLE:
-            # LOST or DONE already; R15: an aborting claim's job is cancelling in the
+        if claim.state in _NOT_LOSABLE or claim.aborted_at is not None:
+            # LOST or DONE already; R15: an announced claim's job is cancelling in the
             # store, so a refusal is expected there: its outcome stays settle_cancelled.
             return False
         self._lose(claim)

@@ -20,6 +20,7 @@ import trio
 
 from .._errors import EngineError
 from ._actors import (
+    Aborted,
     CancelCheck,
     Claimed,
     Finished,
@@ -170,6 +171,8 @@ class Dispatcher:
             await self._check_cancels()  # R15's safety net, on the re-poll (R4)
         elif isinstance(message, CancelCheck):
             await self._check_cancels()
+        elif isinstance(message, Aborted):
+            await self._apply_outcomes(list(message.claims))
         elif isinstance(message, HeartbeatsDue):
             await self._start_heartbeats(message.claims)
         elif isinstance(message, Claimed):
@@ -289,8 +292,11 @@ class Dispatcher:
             return set()
         if not cancelling:
             return set()
-        for claim in self._book.cancel_requested(cancelling, trio.current_time()):
+        aborted, unstarted = self._book.cancel_requested(cancelling, trio.current_time())
+        for claim in aborted:
             claim.scope.cancel()
+        if unstarted:
+            await self._apply_outcomes(unstarted)
         found = set(cancelling)
         return {claim for claim in claims if claim.handle.id in found}
 
