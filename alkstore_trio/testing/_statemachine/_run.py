@@ -16,6 +16,12 @@ import hypothesis.strategies as st
 
 from ..._core import Enqueued, Headers, Job, JobState
 from ..._errors import HandleConsumed
+from ._cancel_steps import (  # Q19.5
+    CancellingAmong,
+    SettleCancelled,
+    apply_cancelling_among,
+    apply_settle_cancelled,
+)
 from ._controls import SetLimits, SetPaused, apply_set_limits
 from ._drawing import _draw_step
 from ._periodic_steps import FirePeriodic, apply_fire_periodic, periodic_targets  # Q17
@@ -238,6 +244,10 @@ class _Run:
                 return await self._set_paused(step, now)
             case SetLimits():  # Q18.7-Q18.9
                 return await apply_set_limits(self, step, now)
+            case SettleCancelled():  # Q19.5
+                return await apply_settle_cancelled(self, step, now)
+            case CancellingAmong():
+                return await apply_cancelling_among(self, step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------
