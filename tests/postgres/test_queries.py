@@ -81,7 +81,7 @@ FRAGMENT_USERS = {
     "count_moves": {
         "ack", "ack_batch", "ack_claims", "ack_claims_and_claim", "claim", "claim_limited",
         "claim_per_key", "retry", "fail",
-        "retry_claims", "fail_claims", "sweep_expired", "cancel",
+        "retry_claims", "fail_claims", "sweep_expired", "cancel", "settle_cancelled",
     },
     "job_fields": {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "get_job",
@@ -98,6 +98,8 @@ FRAGMENT_USERS = {
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
+    # Q19.5: the one place a job becomes cancelled.
+    "finalize_cancelled": {"cancel", "settle_cancelled", "sweep_expired"},
     # the core's, not queries.sql's:
     "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "next_due"},
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
@@ -166,6 +168,7 @@ CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
 CONTRACT_WORDS |= {"payload_slice"}  # Q8: a large payload, read in slices
 CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 CONTRACT_WORDS |= {"claim_per_key"}  # Q18.8
+CONTRACT_WORDS |= {"settle_cancelled", "cancelling_among"}  # Q19.5
 
 
 def test_queries_statements_are_named_after_the_contract():

@@ -733,10 +733,9 @@ dead AS (
 ),
 counted AS (
     {count_moves(
-        moves = (
-            SELECT (SELECT count(*) FROM dead) AS d, (SELECT count(*) FROM finalized) AS c
-        ) AS m WHERE m.d + m.c > 0,
-        dead_lettered = m.d, cancelled = m.c
+        moves = (SELECT count(*) AS n FROM dead) AS m
+            CROSS JOIN (SELECT count(*) AS n FROM finalized) AS c WHERE m.n + c.n > 0,
+        dead_lettered = m.n, cancelled = c.n
     )}
 ),
 purged AS (
