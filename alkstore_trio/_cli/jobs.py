@@ -98,7 +98,7 @@ def add_parser(
     listing.add_argument(
         "--state",
         required=True,
-        choices=("pending", "processing", "dead"),
+        choices=("pending", "processing", "cancelling", "dead"),
         help="which jobs: pending, processing or dead (required)",
     )
     add_list_options(listing)
