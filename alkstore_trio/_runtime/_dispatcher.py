@@ -388,6 +388,10 @@ class Dispatcher:
                 for claim in group:
                     self.engine_error(kind, claim.handle.job, exc)
                 continue
+            if all(results):  # the usual case: no refusal, nothing more to ask
+                for claim in group:
+                    self._settle(claim, True)
+                continue
             cancelled = await self._settle_refused(queue, kind, group, results)
             for claim, done in zip(group, results, strict=True):
                 self._settle(claim, done, cancelled=claim in cancelled)
