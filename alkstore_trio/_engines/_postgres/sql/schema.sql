@@ -180,4 +180,4 @@ CREATE TABLE @schema@.queue_controls (
     CONSTRAINT queue_controls_burst_with_rate CHECK ((burst IS NULL) = (rate_per_s IS NULL))
 );
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (9);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (12);
