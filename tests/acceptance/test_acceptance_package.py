@@ -101,11 +101,8 @@ def test_the_installed_wheel_runs_the_demo_and_enqueues_on_postgresql(
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     python = venv / "bin" / "python"
-    run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-         f"{wheel}[postgres]"],
-        cwd=tmp_path,
-    )  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]  # the venv has no pip
+    run([*pip, "install", "--quiet", f"{wheel}[postgres]"], cwd=tmp_path)
     somewhere = tmp_path / "app"
     somewhere.mkdir()
     env = {
@@ -115,8 +112,11 @@ def test_the_installed_wheel_runs_the_demo_and_enqueues_on_postgresql(
     }
     env.update(ALKSTORE_DSN=pg_dsn, ALKSTORE_SCHEMA=fresh_schema, PATH=f"{venv / 'bin'}")
 
-    where = run([str(python), "-c", "import alkstore_trio; print(alkstore_trio.__file__)"],
-                cwd=somewhere, env=env)  # fmt: skip
+    where = run(
+        [str(python), "-c", "import alkstore_trio; print(alkstore_trio.__file__)"],
+        cwd=somewhere,
+        env=env,
+    )
     installed = Path(where.strip()).parent
     assert installed.is_relative_to(venv), where
     assert (installed / "py.typed").is_file()
