@@ -20,9 +20,10 @@ reader really got. What each block means:
 - ```` ```text ```` is **output**: what the block run just before it printed (stdout and
   stderr together, as a terminal shows them), or the worker's log after a worker's start,
   after ``<!-- doc-test: the worker's output -->`` and after the stop. It must match
-  (:func:`output_matches`): ``...`` stands for any text, within a line or for whole
-  lines (doctest's ELLIPSIS), trailing blanks are ignored, and the test's own DSN and
-  schema name are written as the page's exported ones before the comparison. Each run
+  (:func:`output_matches`): a line that is only ``...`` stands for any number of lines,
+  and ``...`` within a line for any text in that line; trailing blanks are ignored, and
+  the test's own DSN and schema name are written as the page's exported ones before the
+  comparison. Each run
   shows at most one output block; a worker's log is compared until it matches (it is
   still being written), for up to :data:`STEP_TIMEOUT_S`.
 
@@ -110,11 +111,16 @@ def console_commands(code: str) -> list[str]:
 
 
 def output_matches(expected: str, actual: str) -> bool:
-    """Whether ``actual`` is what ``expected`` shows: ``...`` matches any text (lines
-    too), trailing blanks and blank lines at either end do not count."""
-    want = _tidy(expected)
-    pattern = ".*?".join(re.escape(part) for part in want.split("..."))
-    return re.fullmatch(pattern, _tidy(actual), re.DOTALL) is not None
+    """Whether ``actual`` is what ``expected`` shows. A line of ``expected`` that is only
+    ``...`` stands for any number of lines (none too); elsewhere ``...`` stands for any
+    text within one line. Trailing blanks, and blank lines at either end, do not count."""
+    pattern = ""
+    for line in _tidy(expected).splitlines():
+        if line.strip() == "...":
+            pattern += r"(?:[^\n]*\n)*?"
+        else:
+            pattern += "[^\n]*?".join(re.escape(part) for part in line.split("...")) + "\n"
+    return re.fullmatch(pattern, _tidy(actual) + "\n") is not None
 
 
 def _tidy(text: str) -> str:

@@ -101,6 +101,9 @@ def test_readme_runs_start_to_finish(pg_dsn, fresh_schema, tmp_path):
         ("claimed 2 leased until ...\n", "claimed 2 leased until 2026-11-30 02:30:24Z", True),
         ("first\n...\nlast\n", "first\nsecond\nthird\nlast\n", True),
         ("first\n...\nlast\n", "first\nlast\nmore\n", False),
+        ("first\n...\nlast\n", "first\nlast\n", True),  # a "..." line may be no line
+        ("a ... z\n", "a b\nc z\n", False),  # "..." in a line stays in that line
+        ("a ...\n...\n", "a b\nc\nd\n", True),
         ("a  \n", "a\n\n", True),  # trailing blanks and blank lines do not count
     ],
 )
