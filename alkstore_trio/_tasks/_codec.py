@@ -23,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
+import msgspec.inspect
 
 from .._errors import InvalidArgument
 
@@ -119,16 +120,19 @@ class ArgsCodec:
                 fields.append((param.name, hint))
             else:
                 fields.append((param.name, hint, param.default))
-        #: The parameter names in order, to name positional arguments.
+        #: The parameter names in order; those that may be given by position.
         self.params: tuple[str, ...] = tuple(signature.parameters)
-        self.required = frozenset(
-            p.name for p in signature.parameters.values() if p.default is inspect.Parameter.empty
+        self.positional: tuple[str, ...] = tuple(
+            p.name
+            for p in signature.parameters.values()
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
         )
         try:
             self.struct: type[msgspec.Struct] = msgspec.defstruct(
                 f"{name}.args", fields, kw_only=True, forbid_unknown_fields=True
             )
             self.decoder = msgspec.json.Decoder(self.struct)
+            _check_storable(msgspec.inspect.type_info(self.struct))
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(
                 f"task {name!r}: its parameters cannot be stored as JSON ({exc}); use "
@@ -149,12 +153,12 @@ class ArgsCodec:
                 parameter and the expected type, never the value.
         """
         if args:
-            if len(args) > len(self.params):
+            if len(args) > len(self.positional):
                 raise InvalidArgument(
-                    f"task {self.name!r} takes {len(self.params)} arguments; got "
-                    f"{len(args)} positional"
+                    f"task {self.name!r} takes {len(self.positional)} positional arguments; "
+                    f"got {len(args)}"
                 )
-            for param, value in zip(self.params, args, strict=False):
+            for param, value in zip(self.positional, args, strict=False):
                 if param in kwargs:
                     raise InvalidArgument(
                         f"task {self.name!r}: argument {param!r} is given twice "
@@ -201,6 +205,24 @@ class ArgsCodec:
             raise InvalidArgument(
                 f"task {self.name!r}: the result does not decode into its return type ({exc})"
             ) from None
+
+
+def _check_storable(info: msgspec.inspect.Type, seen: set[int] | None = None) -> None:
+    """Raise ``TypeError`` if a type of the tree is one msgspec can only pass through with
+    an encode or decode hook (a ``CustomType``): such an argument could not be stored."""
+    seen = set() if seen is None else seen
+    if id(info) in seen:
+        return
+    seen.add(id(info))
+    if isinstance(info, msgspec.inspect.CustomType):
+        raise TypeError(f"type {info.cls.__qualname__} is not supported")
+    for value in msgspec.structs.astuple(info):
+        nested = value if isinstance(value, tuple) else (value,)
+        for item in nested:
+            if isinstance(item, msgspec.inspect.Field):
+                item = item.type
+            if isinstance(item, msgspec.inspect.Type):
+                _check_storable(item, seen)
 
 
 def argument_error(exc: Exception) -> str:
