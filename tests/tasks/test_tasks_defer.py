@@ -144,10 +144,13 @@ async def test_t2_defer_inside_a_transaction_commits_and_rolls_back_with_it(any_
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom):
+    async def rolled_back():
         async with any_store.transaction() as tx:
             await send_email.defer(tx, to="a", subject="rolled back")
             raise Boom
+
+    with pytest.raises(Boom):
+        await rolled_back()
     assert [job.id for job in await pending(any_store, "emails")] == [job_id]
 
 
