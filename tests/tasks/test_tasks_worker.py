@@ -210,13 +210,13 @@ async def test_t6_the_router_returns_the_encoded_result_and_the_task_decodes_it(
         move.decode_result(b'"six"')
     assert (
         await tasks["other"](
-            (
+
                 await _claim(
                     store,
                     "other",
                     b'{"v":1,"task":"greet","args":{"name":"n","at":"2026-01-01T00:00:00Z"}}',
                 )
-            )
+
         )
         is None
     )
