@@ -38,9 +38,10 @@ async def running(worker):
 
 
 async def wait_until(predicate, *, step=0.1, limit=600.0):
-    with trio.fail_after(limit):
-        while not await predicate():
-            await trio.sleep(step)
+    deadline = trio.current_time() + limit
+    while not await predicate():
+        assert trio.current_time() < deadline, "condition never became true"
+        await trio.sleep(step)
 
 
 def registry(seen):
@@ -102,7 +103,8 @@ async def test_t5_a_worker_routes_each_job_of_a_shared_queue_by_task_name(autoju
         (b'{"v":2,"task":"greet","args":{}}', "queue 'shared': the task envelope has version 2"),
         (
             b'{"v":1,"task":"move","args":{"to":{"x":1},"steps":[]}}',
-            "task 'move': the job's arguments do not decode (missing required argument `y` - at `to`)",
+            "task 'move': the job's arguments do not decode (missing required argument "
+            "`y` - at `to`)",
         ),
         (
             b'{"v":1,"task":"greet","args":{"name":"a","at":"yesterday"}}',
@@ -210,13 +212,11 @@ async def test_t6_the_router_returns_the_encoded_result_and_the_task_decodes_it(
         move.decode_result(b'"six"')
     assert (
         await tasks["other"](
-
-                await _claim(
-                    store,
-                    "other",
-                    b'{"v":1,"task":"greet","args":{"name":"n","at":"2026-01-01T00:00:00Z"}}',
-                )
-
+            await _claim(
+                store,
+                "other",
+                b'{"v":1,"task":"greet","args":{"name":"n","at":"2026-01-01T00:00:00Z"}}',
+            )
         )
         is None
     )
