@@ -3,7 +3,7 @@ ManualClock), enqueued_jobs and assert_enqueued."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -78,7 +78,7 @@ async def test_t8_drain_runs_everything_due_including_retries_on_the_manual_cloc
         ("later", "ack", False),
     ]
     assert outcomes[0].value == 3
-    assert clock.now() - start >= __import__("datetime").timedelta(seconds=3600)
+    assert clock.now() - start >= timedelta(seconds=3600)
     assert await enqueued_jobs(memory_store, "math") == []
 
 
@@ -101,7 +101,7 @@ async def test_t8_drain_reports_a_job_retried_to_its_last_attempt_as_dead(memory
 
 async def test_t8_drain_without_a_clock_runs_only_what_is_due_now(memory_store):
     log = []
-    tasks, add, flaky, later, _ = make_tasks(log)
+    tasks, _, flaky, later, _ = make_tasks(log)
     await flaky.defer(memory_store, fails=1)
     await later.defer(memory_store, at=datetime(2026, 1, 1, tzinfo=UTC))
     outcomes = await drain(memory_store, tasks)
