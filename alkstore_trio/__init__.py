@@ -63,6 +63,7 @@ from ._runtime import WorkerEvent as WorkerEvent
 from ._runtime import WorkerStatistics as WorkerStatistics
 from ._runtime import asyncio_handler as asyncio_handler
 from ._runtime import open_supervisor as open_supervisor
+from ._runtime import sync_handler as sync_handler
 from ._store import JobHandle as JobHandle
 from ._store import Queue as Queue
 from ._store import Store as Store

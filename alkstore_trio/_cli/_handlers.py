@@ -21,6 +21,7 @@ from .._core import Periodic  # Q17
 from .._core import _validate as v
 from .._core._periodic import check_schedules  # Q17
 from .._errors import InvalidArgument
+from .._runtime import sync_handler
 from .._util import is_async_callable
 
 if TYPE_CHECKING:
@@ -153,13 +154,15 @@ def load_handler(spec: QueueSpec) -> Handler:
                 f"--queue {str(spec)!r}: {path!r} has no attribute {part!r}; {hint}"
             ) from None
         path = f"{path}.{part}" if path != spec.module else f"{path}:{part}"
-    if not is_async_callable(obj):
-        raise QueueSpecError(
-            f"--queue {str(spec)!r}: {path} is {_kind(obj)}, not an async function; a "
-            "handler is 'async def handler(job) -> None'"
-        )
-    handler: Handler = obj
-    return handler
+    if is_async_callable(obj):
+        handler: Handler = obj
+        return handler
+    if callable(obj) and not inspect.isclass(obj):
+        return sync_handler(obj)  # T7: a plain def handler(job) runs in a worker thread
+    raise QueueSpecError(
+        f"--queue {str(spec)!r}: {path} is {_kind(obj)}, not a function; a handler is "
+        "'async def handler(job) -> None' (or a plain 'def handler(job)', run in a thread)"
+    )
 
 
 def _kind(obj: object) -> str:
