@@ -85,7 +85,9 @@ async def main() -> None:
         worker = Worker(store, tasks, poll_interval_s=0.05)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
+            deadline = trio.current_time() + 30
             while not await settled(store):
+                assert trio.current_time() < deadline, "the worker never finished"
                 await trio.sleep(0.01)
             worker.stop()
 

@@ -157,6 +157,15 @@ def add_parser(
         "--poll-interval-s (behind a transaction-pooling proxy such as PgBouncer in "
         "transaction mode, where LISTEN does not work)",
     )
+    _add_handler_options(worker)
+    _add_run_options(worker)
+    _add_output_options(worker)
+    worker.set_defaults(run=run, setup=setup, usage_error=worker.error)
+
+
+def _add_handler_options(worker: argparse.ArgumentParser) -> None:
+    """What the worker serves: ``--queue`` handlers, ``--tasks`` registries (T5) and
+    ``--periodic`` schedules (Q17)."""
     worker.add_argument(
         "--queue",
         metavar="NAME=MODULE:FUNCTION",
@@ -196,9 +205,6 @@ def add_parser(
             "each fire time once across every worker that declares it; repeatable"
         ),
     )
-    _add_run_options(worker)
-    _add_output_options(worker)
-    worker.set_defaults(run=run, setup=setup, usage_error=worker.error)
 
 
 def _add_run_options(worker: argparse.ArgumentParser) -> None:
