@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, final
 
@@ -12,7 +13,7 @@ import trio
 
 from .._errors import InvalidArgument
 from .._runtime import Fail, Retry
-from .._store import Store, Transaction
+from .._store import Queue, Store, Transaction
 from ._codec import ArgsCodec, argument_error
 from ._options import UNSET, TaskOptions, make_key
 
@@ -38,7 +39,16 @@ class Task(Generic[P, R]):
     Not constructed directly: use the :meth:`Tasks.task` decorator.
     """
 
-    __slots__ = ("__wrapped__", "_codec", "_fn", "_is_async", "_limiter", "_name", "_options")
+    __slots__ = (
+        "__wrapped__",
+        "_codec",
+        "_fn",
+        "_is_async",
+        "_limiter",
+        "_name",
+        "_options",
+        "_queues",
+    )
 
     def __init__(
         self,
@@ -55,6 +65,9 @@ class Task(Generic[P, R]):
         self._limiter = limiter
         self._is_async = inspect.iscoroutinefunction(fn)
         self.__wrapped__ = fn
+        #: The task's queue handle on each store it deferred to (making one checks the
+        #: name: a couple of µs a defer saved); weak, so a closed store is not kept.
+        self._queues: weakref.WeakKeyDictionary[Store, Queue] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         kind = "" if self._is_async else " (sync, runs in a thread)"
@@ -160,8 +173,7 @@ class Task(Generic[P, R]):
             unique_key = make_key("unique_key", o.unique_key, arguments)
             concurrency_key = make_key("concurrency_key", o.concurrency_key, arguments)
         if isinstance(target, Store):
-            queue = target.queue(o.queue, o.opts)
-            return await queue.enqueue(
+            return await self._queue(target).enqueue(
                 payload,
                 priority=o.priority,
                 delay_s=o.delay_s,
@@ -173,7 +185,7 @@ class Task(Generic[P, R]):
             )
         if isinstance(target, Transaction):
             return await target.enqueue(
-                target._store.queue(o.queue, o.opts),
+                self._queue(target._store),
                 payload,
                 priority=o.priority,
                 delay_s=o.delay_s,
@@ -210,7 +222,7 @@ class Task(Generic[P, R]):
         payloads, unique_keys, concurrency_keys = self._encode_calls(calls)
         o = self._options
         if isinstance(target, Store):
-            return await target.queue(o.queue, o.opts).enqueue_many(
+            return await self._queue(target).enqueue_many(
                 payloads,
                 priority=o.priority,
                 delay_s=o.delay_s,
@@ -222,7 +234,7 @@ class Task(Generic[P, R]):
             )
         if not isinstance(target, Transaction):
             raise _bad_target(target)
-        queue = target._store.queue(o.queue, o.opts)
+        queue = self._queue(target._store)
         ids: list[Enqueued] = []
         for index, payload in enumerate(payloads):
             ids.append(
@@ -239,6 +251,12 @@ class Task(Generic[P, R]):
                 )
             )
         return ids
+
+    def _queue(self, store: Store) -> Queue:
+        queue = self._queues.get(store)
+        if queue is None:
+            queue = self._queues[store] = store.queue(self._options.queue, self._options.opts)
+        return queue
 
     def _encode_calls(
         self, calls: Iterable[Mapping[str, Any]]
