@@ -375,6 +375,8 @@ def setup(args: argparse.Namespace) -> None:
             "(or give only --periodic MODULE:ATTR for a worker that fires schedules and "
             "claims nothing)"
         )
+    if not args.tasks_specs:  # the served queues are known: check before any import
+        _check_per_queue(args, {spec.queue for spec in args.queues}, usage_error)
     make_cwd_importable()
     try:
         handlers = load_handlers(args.queues) if args.queues else {}  # R14
@@ -385,7 +387,20 @@ def setup(args: argparse.Namespace) -> None:
         usage_error(str(exc))
     except InvalidArgument as exc:
         usage_error(f"--periodic and --tasks: {exc}")
-    served = set(args.handlers)
+    if args.tasks_specs:  # T5: the registries' queues are known once they are imported
+        _check_per_queue(args, set(args.handlers), usage_error)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _check_per_queue(
+    args: argparse.Namespace, served: set[str], usage_error: Callable[[str], NoReturn]
+) -> None:
+    """R12, R13: ``--queue-concurrency`` and ``--queue-job-timeout-s`` name served queues,
+    each once, with caps within ``--concurrency``."""
     args.queue_concurrency = _per_queue_options(
         "--queue-concurrency", args.queue_concurrency_specs, served, usage_error
     )
@@ -397,11 +412,6 @@ def setup(args: argparse.Namespace) -> None:
             )
     args.queue_job_timeout_s = _per_queue_options(
         "--queue-job-timeout-s", args.queue_job_timeout_specs, served, usage_error
-    )
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
 

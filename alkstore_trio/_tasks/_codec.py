@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import inspect
+import re
 import typing
 import uuid
 from typing import TYPE_CHECKING, Any, Final
@@ -225,11 +226,17 @@ def _check_storable(info: msgspec.inspect.Type, seen: set[int] | None = None) ->
                 _check_storable(item, seen)
 
 
+_ENUM_VALUE: Final = re.compile(r"^Invalid enum value .*(?= - at `)|^Invalid enum value .*$")
+
+
 def argument_error(exc: Exception) -> str:
     """msgspec's message about an argument struct in the task's words: an *argument*
     (not a field), at ``to`` or ``items[0].qty`` (not ``$.to``)."""
     text = str(exc).replace("Object missing required field", "missing required argument")
     text = text.replace("Object contains unknown field", "unknown argument")
+    # msgspec quotes the value of a bad enum or Literal: an argument's value may be
+    # private, and this text is stored as the job's last_error and logged.
+    text = _ENUM_VALUE.sub("Invalid enum value", text)
     return text.replace("`$.", "`").replace("`$[", "`[")
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._core import Job
+    from .._store import Queue
     from ._clock import ManualClock
 
 P = ParamSpec("P")
@@ -138,7 +139,7 @@ async def drain(
             return outcomes
 
 
-async def _advance_to_next_due(queues: list[Any], clock: ManualClock) -> bool:
+async def _advance_to_next_due(queues: list[Queue], clock: ManualClock) -> bool:
     """Advance ``clock`` to the earliest not-yet-due job of ``queues``; whether there was
     one."""
     waits = [wait for queue in queues if (wait := await queue.next_due_in_s()) is not None]

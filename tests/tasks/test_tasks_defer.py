@@ -105,7 +105,7 @@ async def test_t2_a_bad_call_is_invalid_argument_and_enqueues_nothing(
     [
         ({"when": "2026-01-02T03:04:05Z"}, "Expected `datetime`, got `str` - at `when`"),
         ({"account": "not-a-uuid"}, "Expected `uuid`, got `str` - at `account`"),
-        ({"tier": "gold"}, "at `tier`"),
+        ({"tier": "gold-secret"}, "Invalid enum value - at `tier`"),
         ({"lines": [{"sku": "a", "qty": "2"}]}, "Expected `int`, got `str` - at `lines[0].qty`"),
         ({"total": 9.5}, "at `total`"),
     ],
@@ -123,6 +123,7 @@ async def test_t2_values_are_checked_against_rich_annotations(memory_store, chan
     with pytest.raises(InvalidArgument, match="invalid arguments") as raised:
         await bill.defer(memory_store, **{**call, **change})
     assert message in str(raised.value)
+    assert "secret" not in str(raised.value)  # never an argument's value
     assert len(await pending(memory_store, "billing")) == 1
 
 
