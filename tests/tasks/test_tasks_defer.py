@@ -292,3 +292,33 @@ async def test_t4_defer_many_in_a_transaction_is_atomic_with_it(any_store):
             tx, [{"to": "a", "subject": "1"}, {"to": "b", "subject": "2"}]
         )
     assert [job.id for job in await pending(any_store, "emails")] == ids
+
+
+async def test_t5_the_arguments_are_decoded_into_the_annotated_types():
+    from alkstore_trio.testing import perform
+
+    tasks = Tasks()
+    received = {}
+
+    @tasks.task(name="typed", queue="q")
+    async def typed(
+        account: uuid.UUID, when: datetime, tier: Tier, lines: list[Line], total: Decimal,
+        tags: set[str], pair: tuple[int, str], by_sku: dict[str, Line], note: str | None = None,
+    ) -> None:  # fmt: skip
+        received.update({k: v for k, v in locals().items() if k != "received"})
+
+    call = {
+        "account": uuid.UUID(int=7),
+        "when": datetime(2026, 2, 3, 4, 5, tzinfo=UTC),
+        "tier": Tier.PRO,
+        "lines": [Line("a", 1)],
+        "total": Decimal("1.10"),
+        "tags": {"x", "y"},
+        "pair": (1, "one"),
+        "by_sku": {"a": Line("a", 1)},
+    }
+    outcome = await perform(typed, **call)
+    assert outcome.outcome == "ack"
+    assert received == {**call, "note": None}
+    assert type(received["lines"][0]) is Line
+    assert type(received["tier"]) is Tier
