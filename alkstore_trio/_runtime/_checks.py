@@ -69,7 +69,8 @@ def check_handlers(
             raise InvalidArgument(
                 f"the handler of queue {queue.name!r} must be an async function (async def "
                 f"handler(job)), a functools.partial of one or an object with an async "
-                f"__call__; got {type(handler).__name__}"
+                f"__call__ (a plain def handler(job): wrap it in sync_handler to run it in "
+                f"a thread); got {type(handler).__name__}"
             )
         queues.append(queue)
         by_name[queue.name] = handler

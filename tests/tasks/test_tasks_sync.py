@@ -198,3 +198,13 @@ async def test_t7_sync_handler_runs_a_plain_bytes_handler_in_a_thread_and_a_stop
         sync_handler(already_async)
     with pytest.raises(InvalidArgument, match="sync function of the job"):
         sync_handler(Gate)
+
+
+async def test_t7_a_plain_function_given_to_the_worker_names_sync_handler(autojump_clock, store):
+    from alkstore_trio import InvalidArgument
+
+    def plain(job):
+        pass
+
+    with pytest.raises(InvalidArgument, match="wrap it in sync_handler"):
+        Worker(store, {"raw": plain})
