@@ -190,7 +190,7 @@ async def check_drained(queue: Queue, quick: list[int], stuck: list[int]) -> Non
     for job_id in stuck:
         job = await queue.get_job(job_id)
         assert job is not None
-        assert (job.state, job.attempts, job.last_error) == ("pending", 1, "worker stopped")
+        assert (job.state, job.attempts, job.last_error) == ("pending", 0, "worker stopped")
     print(f"  jobs {quick} acked; jobs {stuck} pending again: 'worker stopped'")
 
 
