@@ -60,7 +60,9 @@ async def run_until_stopped(worker: Worker, started: trio.Event, *, grace_s: flo
         worker.stop(grace_s=grace_s)
 
 
-async def test_r7_q19_8_three_graceful_restarts_during_a_long_handler_dead_letter_nothing(autojump_clock, store):
+async def test_r7_q19_8_three_graceful_restarts_during_a_long_handler_dead_letter_nothing(
+    autojump_clock, store
+):
     queue = store.queue("deploy", QueueOpts(max_attempts=3, visibility_timeout_s=300))
     ids = await queue.enqueue_many([b"job"] * JOBS)
     handler = LongHandler()
