@@ -3,7 +3,7 @@
 ``examples/systemd/alkstore-worker.service`` relies on one behaviour of the worker: on a
 SIGTERM it stops claiming, lets the running handlers finish for up to
 ``--shutdown-grace-s``, cancels the rest and releases their jobs (back to pending at
-once, ``last_error`` ``"worker stopped"``), and exits with status 0, well before
+once, ``last_error`` ``"worker stopped"``, the attempt given back), and exits with status 0, well before
 ``TimeoutStopSec`` runs out. This script shows it twice:
 
 1. **In your own trio program** (in-memory store): a task receives SIGTERM with
@@ -183,7 +183,8 @@ async def collect_output(process: trio.Process, output: list[str]) -> None:
 
 async def check_drained(queue: Queue, quick: list[int], stuck: list[int]) -> None:
     """The jobs that finished within the grace are acked; the others are pending again,
-    ready now, with ``last_error`` ``"worker stopped"``; nothing is left processing."""
+    ready now, with ``last_error`` ``"worker stopped"`` and their attempt given back (0
+    attempts: a stop spends none, Q19.8); nothing is left processing."""
     assert await queue.list_jobs("processing") == []
     for job_id in quick:
         assert await queue.get_job(job_id) is None  # acked: the row is gone
