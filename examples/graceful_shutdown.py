@@ -3,8 +3,8 @@
 ``examples/systemd/alkstore-worker.service`` relies on one behaviour of the worker: on a
 SIGTERM it stops claiming, lets the running handlers finish for up to
 ``--shutdown-grace-s``, cancels the rest and releases their jobs (back to pending at
-once, ``last_error`` ``"worker stopped"``, the attempt given back), and exits with status 0, well before
-``TimeoutStopSec`` runs out. This script shows it twice:
+once, ``last_error`` ``"worker stopped"``, the attempt given back), and exits with
+status 0, well before ``TimeoutStopSec`` runs out. This script shows it twice:
 
 1. **In your own trio program** (in-memory store): a task receives SIGTERM with
    ``trio.open_signal_receiver`` and calls ``worker.stop()``; the script sends itself

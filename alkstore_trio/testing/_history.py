@@ -5,9 +5,10 @@ lease fencing (Q3, Q4). Those promises are about *histories*, not single calls: 
 leases on one job ever overlapped, whether a stale holder ever got an operation accepted,
 whether a job vanished without an ack. So a test records every claim, heartbeat, ack,
 retry, dead-letter, release, lease loss and handler start/end of a run, and this module
-checks the record job by job against the final state of the store. Sources: in-process, :class:`HistoryRecorder` subscribes to :meth:`Worker.events`
-(``buffer=None``: it must see every event) and keeps the events, writes them as JSON
-lines (never a payload), or both; across processes, :func:`load_history` merges the files.
+checks the record job by job against the final state of the store. Sources: in-process,
+:class:`HistoryRecorder` subscribes to :meth:`Worker.events` (``buffer=None``: it must
+see every event) and keeps the events, writes them as JSON lines (never a payload), or
+both; across processes, :func:`load_history` merges the files.
 
 What is checked (the rule names of :class:`Violation`):
 

@@ -780,7 +780,9 @@ def test_q3_heartbeaten_many_times_is_handed_out_once():
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
     for i in range(500):
-        assert bool(table.heartbeat("q", [Claim(job_id, job.claim_token)], 1 + (i % 7), at(i * 0.001)))
+        assert bool(
+            table.heartbeat("q", [Claim(job_id, job.claim_token)], 1 + (i % 7), at(i * 0.001))
+        )
     # Every older lease entry has lapsed by now; only the newest may surface.
     later = at(100)
     reclaimed = table.claim("q", "x", 100, later)
