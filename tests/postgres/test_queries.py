@@ -166,6 +166,7 @@ CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
 CONTRACT_WORDS |= {"payload_slice"}  # Q8: a large payload, read in slices
 CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 CONTRACT_WORDS |= {"claim_per_key"}  # Q18.8
+CONTRACT_WORDS |= {"release_claims"}  # Q19.8
 
 
 def test_queries_statements_are_named_after_the_contract():
