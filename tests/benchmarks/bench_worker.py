@@ -256,14 +256,20 @@ def _child_raw(schema: str, how: str, batch: int, listen: bool, latency: bool) -
             if rows:
                 cur.execute(q.delete_claimed, ([row[0] for row in rows], QUEUE))
         else:
-            cur.execute(q.lib["claim"], {"queue": QUEUE, "worker_id": bp.WORKER, "n": batch})
+            params = {
+                "queue": QUEUE,
+                "worker_id": bp.WORKER,
+                "n": batch,
+                "token_base": bp.token_base(),
+            }
+            cur.execute(q.lib["claim"], params)
             rows = cur.fetchall()
             t = time.perf_counter()
             if rows:
                 params = {
                     "queue": QUEUE,
                     "ids": [r[0] for r in rows],
-                    "tokens": [r[5] for r in rows],
+                    "tokens": [r[19] for r in rows],  # Q19.8: the claim_token column
                 }
                 cur.execute(q.lib["ack_claims"], params)
                 if len(cur.fetchall()) != len(rows):
