@@ -252,12 +252,14 @@ def _admin() -> psycopg.Connection[Any]:
 
 
 @contextlib.contextmanager
-def fresh_schema(prefill: int = 0) -> Iterator[str]:
-    """A new schema at the library's version (optionally with ``prefill`` ready jobs,
-    then ANALYZEd); dropped afterwards."""
+def fresh_schema(prefill: int = 0, template: str | None = None) -> Iterator[str]:
+    """A new schema at the library's version, or made by ``template`` (the text of
+    another commit's ``schema.sql``), optionally with ``prefill`` ready jobs, then
+    ANALYZEd; dropped afterwards."""
     schema = "alk_bench_" + secrets.token_hex(5)
     with _admin() as admin:
-        admin.execute(_sql.schema_sql(schema), prepare=False)
+        made = _sql.schema_sql(schema) if template is None else _sql.render(template, schema)
+        admin.execute(made, prepare=False)
         try:
             if prefill:
                 copy_rows(admin, schema, prefill, run_at=datetime.now(UTC) - timedelta(seconds=5))
