@@ -819,10 +819,11 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
         "claimed",
     ]  # fmt: skip
     returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
-    assert returned[-4:] == [
+    assert returned[-5:] == [
         "nullif(j.headers, '{}'::jsonb) AS headers",
         "NULL::timestamptz AS died_at",
         "j.unique_key",
+        "j.claim_token",  # Q19.8
         "j.concurrency_key",
     ]
     # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
