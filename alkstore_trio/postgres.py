@@ -65,6 +65,12 @@ UPGRADE_NOTES: Final[Mapping[int, str]] = MappingProxyType(
             "fail to claim until restarted with this release; stop them before migrating "
             "(docs/how-to/migrate.md, 'Version 3: stop the old workers first')"
         ),
+        9: (
+            "version 9 adds claim tokens: workers of the version-8 release still running "
+            "finish the jobs they hold, but every claim they make now fails with 'violates "
+            'check constraint "jobs_claim_needs_v9_workers"\'; replace them with this '
+            "release promptly (docs/how-to/migrate.md, 'Version 9: replace the old workers')"
+        ),
     }
 )
 

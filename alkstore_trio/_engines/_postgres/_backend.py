@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -228,7 +229,12 @@ class PostgresEngine:
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
-        params = {"queue": queue, "worker_id": worker_id, "n": min(n, v.JOB_ID_MAX)}
+        params = {
+            "queue": queue,
+            "worker_id": worker_id,
+            "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
+        }
         if queue in self._limited:
             return (await self._claim_limited(queue, (), params))[1]
         rows = await self._run("claim", params)
@@ -288,6 +294,7 @@ class PostgresEngine:
             **_claim_params(queue, claims),
             "worker_id": worker_id,
             "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
         }
         if queue in self._limited:
             return await self._claim_limited(queue, claims, params)
@@ -325,6 +332,10 @@ class PostgresEngine:
             done = _applied(len(items), await self._run("retry_claims", params))
         await self._freed(queue, sum(done))
         return done
+
+    async def release(self, queue: str, claims: Sequence[Claim], error: str | None) -> list[int]:
+        params = {**_claim_params(queue, claims), "error": error, "channel": self._channel(queue)}
+        return [row[0] for row in await self._run("release_claims", params)]
 
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
         if len(items) == 1:
@@ -690,6 +701,14 @@ def _claim_params(
         "ids": _int_array([claim.job_id for claim in claims]),
         "tokens": _int_array([claim.token for claim in claims]),
     }
+
+
+def _token_base() -> int:
+    """Q19.8: 62 random bits for one claim statement, from the client's entropy (it
+    survives a server crash and needs no server randomness); the statement XORs each
+    row's id into it, so the tokens of one statement differ. 62 bits: the XOR with an id
+    (< 2**63) stays a non-negative bigint."""
+    return secrets.randbits(62)
 
 
 def _int_array(values: Sequence[int]) -> str:

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 7). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 9). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -48,7 +48,12 @@ CREATE TABLE @schema@.jobs (
     -- The job's unique key (Q15), NULL for none.
     unique_key text,
     -- The job's concurrency key (Q18.8), NULL for none.
-    concurrency_key text
+    concurrency_key text,
+    -- The claim's token (Q19.8), drawn by the claiming client; NULL while pending.
+    claim_token bigint,
+    -- Version 8 workers claim without a token: refused by this name (migrate.md).
+    CONSTRAINT jobs_claim_needs_v9_workers
+        CHECK (state <> 'processing' OR claim_token IS NOT NULL)
 );
 
 -- Claims walk pending rows of one queue in claim order.
@@ -91,7 +96,8 @@ CREATE TABLE @schema@.dead_jobs (
     died_at timestamptz NOT NULL,
     headers jsonb NOT NULL DEFAULT '{}',
     unique_key text,
-    concurrency_key text
+    concurrency_key text,
+    claim_token bigint
 );
 
 -- Retention purges the oldest dead rows of one queue.
@@ -174,4 +180,4 @@ CREATE TABLE @schema@.queue_controls (
     CONSTRAINT queue_controls_burst_with_rate CHECK ((burst IS NULL) = (rate_per_s IS NULL))
 );
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (8);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (9);
