@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import trio
+from _wakes import listen, notifications, wait_for_a_lock_waiter
 from psycopg import pq
 from psycopg import sql as pgsql
 
@@ -40,7 +41,6 @@ from alkstore_trio.postgres import Producer
 
 IDLE = pq.TransactionStatus.IDLE
 INTRANS = pq.TransactionStatus.INTRANS
-SENTINEL = "sentinel"
 EMAILS = QueueOpts(visibility_timeout_s=42.5, max_attempts=7, backoff_base_s=1.5, expires_in_s=3600)
 
 
@@ -50,26 +50,6 @@ def migrated(pg_dsn, schema) -> str:
     sync, as the applications they stand for are)."""
     trio.run(lambda: postgres.migrate(pg_dsn, schema=schema))
     return schema
-
-
-def listen(dsn: str, schema: str, queue: str) -> psycopg.Connection:
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(_sql.wake_channel(schema, queue))))
-    return conn
-
-
-def notifications(listener: psycopg.Connection, dsn: str, schema: str, queue: str) -> list[str]:
-    """The payloads of the notifications of ``queue``'s channel that were committed
-    before now (a sentinel is committed now, and read up to)."""
-    channel = _sql.wake_channel(schema, queue)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_notify(%s, %s)", [channel, SENTINEL])
-    seen = []
-    for note in listener.notifies(timeout=30):
-        if note.payload == SENTINEL:
-            return seen
-        seen.append(note.payload)
-    raise AssertionError("the sentinel notification never arrived")
 
 
 def count_jobs(dsn: str, schema: str, queue: str) -> int:
@@ -415,24 +395,6 @@ async def test_q20_3_a_key_the_callers_transaction_created_is_held_until_it_ends
             assert (int(found), found.created) == (held, False)
     finally:
         await trio.to_thread.run_sync(conn.close)
-
-
-async def wait_for_a_lock_waiter(dsn: str) -> None:
-    """Until some session of the test database waits for an advisory lock (polled: a
-    condition, not a duration)."""
-    with trio.fail_after(30):
-        while True:
-            rows = await trio.to_thread.run_sync(_advisory_waiters, dsn)
-            if rows:
-                return
-            await trio.sleep(0.01)
-
-
-def _advisory_waiters(dsn: str) -> list[tuple]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        ).fetchall()
 
 
 def test_q20_1_django_style_client_side_binding_cursors_are_not_used(pg_dsn, migrated):

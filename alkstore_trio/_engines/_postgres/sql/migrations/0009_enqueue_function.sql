@@ -184,8 +184,8 @@ BEGIN
         END IF;
     END IF;
 
-    -- Q2.1: a negative delay means now.
-    delay := greatest(enqueue.delay_s, 0);
+    -- Q2.1: a negative delay means now (greatest() would turn no delay into 0).
+    delay := CASE WHEN enqueue.delay_s IS NOT NULL THEN greatest(enqueue.delay_s, 0) END;
     -- The queue's wake channel, as _sql.wake_channel names it: readable when it fits in
     -- 63 bytes, else a hash. The schema's own name, unquoted, as the library writes it.
     schema_name := (
