@@ -342,3 +342,32 @@ def test_q20_4_wakes_the_stores_channel_at_commit_only(pg_dsn, make_schema, queu
         conn.commit()
         assert notifications(listener, pg_dsn, schema, queue) == ["", "90.5"]
     assert _sql.wake_channel(schema, queue).startswith("alk#" if len(queue) == 63 else "alk/")
+
+
+def test_q20_4_and_q20_3_a_hostile_search_path_changes_nothing(pg_dsn, migrated, make_schema):
+    # Look-alikes first on the session's search_path: the schema's own tables and a clock
+    # stuck in 1970. The function and the producer name everything by schema.
+    evil = make_schema(prefix="alk_evil_")
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        for _, script in _sql.migrations(evil):
+            admin.execute(script)
+        admin.execute(
+            pgsql.SQL(
+                "CREATE OR REPLACE FUNCTION {}.alk_now() RETURNS timestamptz LANGUAGE sql "
+                "STABLE AS $$ SELECT '1970-01-01 00:00:00+00'::timestamptz $$"
+            ).format(pgsql.Identifier(evil))
+        )
+    with psycopg.connect(pg_dsn, options=f"-csearch_path={evil},public") as conn:
+        assert conn.execute("SELECT alk_now()").fetchone()[0].year == 1970  # the trap is armed
+        from_sql, _ = call(conn, migrated, "emails", b"x", unique_key="k")
+        from_python = Producer(migrated).enqueue(conn, "emails", b"y", delay_s=5.0)
+        conn.commit()
+        for schema, expected in ((migrated, 2), (evil, 0)):
+            assert job_count(conn, schema) == expected
+        years = conn.execute(
+            pgsql.SQL("SELECT id, extract(year FROM enqueued_at) FROM {}.jobs ORDER BY id").format(
+                pgsql.Identifier(migrated)
+            )
+        ).fetchall()
+    assert [job_id for job_id, _ in years] == [from_sql, from_python]
+    assert all(year > 2000 for _, year in years)
