@@ -276,7 +276,7 @@ def test_q20_3_many_argument_checks_and_connection_kinds(pg_dsn, migrated):
             producer.enqueue("postgresql://not-a-connection", "emails", b"x")
     for bad in ({"schema": "pg_x"}, {"schema": 'a"b'}, {"queues": {"alk_x": QueueOpts()}},
                 {"queues": {"q": {"max_attempts": 3}}}, {"queues": [("q", QueueOpts())]},
-                {"max_payload_bytes": 0}):  # fmt: skip
+                {"max_payload_bytes": -1}, {"max_payload_bytes": 2**30 + 1}):  # fmt: skip
         with pytest.raises(InvalidArgument):
             Producer(**{"schema": migrated, **bad})
 

@@ -95,8 +95,9 @@ class Producer:
     ) -> None:
         self._schema = _sql.check_schema_name(schema)
         self._opts = _check_queues(queues)
+        # open_store's bounds (0 accepts only empty payloads).
         self._max_payload_bytes = v.check_int(
-            "max_payload_bytes", max_payload_bytes, lo=1, hi=2**31 - 1
+            "max_payload_bytes", max_payload_bytes, lo=0, hi=2**30
         )
         self._queries = _sql.queries(self._schema)
         self._channel = functools.partial(_sql.wake_channel, self._schema)
