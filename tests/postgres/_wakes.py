@@ -33,19 +33,20 @@ def notifications(listener: psycopg.Connection, dsn: str, schema: str, queue: st
     raise AssertionError("the sentinel notification never arrived")
 
 
-async def wait_for_a_lock_waiter(dsn: str) -> None:
-    """Until some session of the test database waits for an advisory lock (polled: a
-    condition, not a duration)."""
+async def wait_for_a_lock_waiter(dsn: str, application_name: str) -> None:
+    """Until a session named ``application_name`` waits for an advisory lock (polled: a
+    condition, not a duration; the name keeps other tests' sessions out)."""
     with trio.fail_after(30):
         while True:
-            rows = await trio.to_thread.run_sync(_advisory_waiters, dsn)
-            if rows:
+            if await trio.to_thread.run_sync(_advisory_waiters, dsn, application_name):
                 return
             await trio.sleep(0.01)
 
 
-def _advisory_waiters(dsn: str) -> list[tuple]:
+def _advisory_waiters(dsn: str, application_name: str) -> list[tuple]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            "SELECT l.pid FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = %s",
+            [application_name],
         ).fetchall()

@@ -305,14 +305,16 @@ async def test_q20_4_the_function_and_a_producer_serialize_on_one_key(pg_dsn, mi
         )
         results: list[tuple] = []
 
+        waiter = f"alk-t-waiter-{migrated}"
+
         def from_sql() -> None:
-            with psycopg.connect(pg_dsn) as conn:
+            with psycopg.connect(pg_dsn, application_name=waiter) as conn:
                 results.append(call(conn, migrated, "emails", b"b", unique_key="k"))
                 conn.commit()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.to_thread.run_sync, from_sql)
-            await wait_for_a_lock_waiter(pg_dsn)
+            await wait_for_a_lock_waiter(pg_dsn, waiter)
             assert results == []  # waiting for the producer's transaction
             await trio.to_thread.run_sync(holder.commit)
         assert results == [(held, False)]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -378,17 +377,16 @@ async def test_q20_3_a_key_the_callers_transaction_created_is_held_until_it_ends
             lambda: producer.enqueue(conn, "emails", b"b", unique_key="k")
         )
         assert (int(again), again.created) == (held, False)  # Q15.2 within the transaction
-        async with open_store(pg_dsn, schema=migrated) as store:
+        waiter = f"alk-t-waiter-{migrated}"
+        async with open_store(pg_dsn, schema=migrated, application_name=waiter) as store:
             result: list[object] = []
-            started = threading.Event()
 
             async def store_enqueue() -> None:
-                started.set()
                 result.append(await store.queue("emails").enqueue(b"c", unique_key="k"))
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(store_enqueue)
-                await wait_for_a_lock_waiter(pg_dsn)
+                await wait_for_a_lock_waiter(pg_dsn, waiter)
                 assert result == []  # the store's enqueue waits for the caller's commit
                 await trio.to_thread.run_sync(conn.commit)
             ((found,),) = [result]
