@@ -138,17 +138,7 @@ class Queue:
             StoreClosed: the store is closed.
         """
         self._store._check_open()
-        if isinstance(payloads, bytes | bytearray | memoryview | str):
-            raise InvalidArgument(
-                "payloads must be an iterable of payloads (e.g. a list of bytes), not a "
-                f"single {type(payloads).__name__}"
-            )
-        try:
-            items = list(payloads)
-        except TypeError:
-            raise InvalidArgument(
-                f"payloads must be an iterable of bytes; got a {type(payloads).__name__}"
-            ) from None
+        items = v.check_payload_list(payloads)
         keys = None if unique_keys is None else v.check_unique_keys(unique_keys, len(items))
         groups = (
             None

@@ -269,7 +269,13 @@ def test_migrate_waits_for_the_advisory_lock_that_dry_run_shows(
     dry = migrate(
         run_command, console_script, "--dsn", pg_dsn, "--schema", fresh_schema, "--dry-run"
     )
-    (lock_line,) = [line for line in dry.stdout.splitlines() if "pg_advisory_xact_lock" in line]
+    # The script's own lock statement (migration 10's enqueue function takes a lock too, in
+    # its body: that line is indented).
+    (lock_line,) = [
+        line
+        for line in dry.stdout.splitlines()
+        if line.startswith("SELECT pg_catalog.pg_advisory_xact_lock")
+    ]
     key_sql = lock_line.replace("SELECT pg_catalog.pg_advisory_xact_lock", "SELECT ").rstrip(";")
     with psycopg.connect(pg_dsn, autocommit=True) as holder:
         (key,) = holder.execute(key_sql).fetchone()

@@ -223,8 +223,21 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
         indexes.keys()
     )
     assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
-    assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
+    assert [row[0] for row in from_migrations["functions"]] == ["alk_now", "enqueue"]
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
+    # Q20.4: the enqueue function, with QueueOpts()'s stamps as its defaults and the
+    # library's unique-key lock and wake.
+    enqueue_def = from_migrations["functions"][1][2]
+    for default in (
+        "max_attempts bigint DEFAULT 3",
+        "visibility_timeout_s double precision DEFAULT 300",
+        "backoff_base_s double precision DEFAULT 5",
+        "expires_in_s double precision DEFAULT NULL",
+    ):
+        assert default in enqueue_def, default
+    assert "pg_advisory_xact_lock" in enqueue_def
+    assert "pg_notify(channel, due)" in enqueue_def
+    assert "Q20.4" in from_migrations["functions"][1][3]
     assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 20
     assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 20
     # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key and (Q19.8)
