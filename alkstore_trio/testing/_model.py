@@ -11,20 +11,21 @@ indexes shows up as a disagreement with the model.
 
 The model is synchronous, reads no clock (``now``, a UTC datetime, is an argument of every
 operation that depends on time) and validates nothing: it is fed only arguments the public
-API already accepted. It also mirrors two decisions of the public facade that an engine cannot see
-(``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
-``rng.randint`` per ``retry`` without ``delay_s`` whose claim token is below the job's
-``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
+API already accepted. Claim tokens (Q19.8) are opaque: a caller checking an engine
+passes the tokens the engine's claim handed out (``claim(..., tokens=)``), and the model
+draws its own otherwise. It also mirrors two decisions of the public facade that an
+engine cannot see (``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
+``rng.randint`` per ``retry`` without ``delay_s`` whose claim's ``attempts`` is below the
+job's ``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
 reserved at ``tx.enqueue`` and the rows inserted at commit).
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .._core import (
@@ -40,6 +41,7 @@ from .._core import (
     SweepResult,
 )
 from . import _model_cancel  # Q19.5
+from ._model_backoff import _after, _Stamps, model_backoff_delay_s
 from ._model_limits import ModelLimits  # Q18.7-Q18.11
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
@@ -54,40 +56,6 @@ _MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
 _FAILED = "failed"
 _EXPIRED = "expired"
 #: The stamps of a row enqueued by queue name, without a handle (Q1).
-
-
-def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
-    """Q5 (equal jitter) and decision 12, computed step by step from the contract text.
-
-    Args:
-        base_s: The row's ``backoff_base_s``.
-        attempt: The row's post-claim ``attempts`` (>= 1).
-        rng: The random source; exactly one ``randint`` call is made.
-
-    Returns:
-        An integer number of seconds in ``[ceil(cap / 2), floor(cap)]``, or ``ceil(cap / 2)``
-        when that interval is empty (a cap below one second).
-    """
-    exponent = min(attempt - 1, 30)
-    cap = min(base_s * 2**exponent, 3600)
-    low = math.ceil(cap / 2)
-    high = math.floor(cap)
-    if high < low:
-        high = low
-    return rng.randint(low, high)
-
-
-def _after(now: datetime, seconds: float) -> datetime:
-    return now + timedelta(seconds=float(seconds))
-
-
-@dataclass(frozen=True)
-class _Stamps:
-    """What a job handle knows about its job for ever: used for the backoff draw."""
-
-    queue: str
-    max_attempts: int
-    backoff_base_s: float
 
 
 class ReferenceModel:
@@ -108,7 +76,7 @@ class ReferenceModel:
         model = ReferenceModel(rng=random.Random(7))
         job_id = model.enqueue("emails", b"hi", opts=QueueOpts(), now=t0)
         (job,) = model.claim("emails", "w1", 1, now=t0)
-        assert model.ack("emails", job.id, job.attempts, now=t0)
+        assert model.ack("emails", job.id, job.claim_token, now=t0)
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
@@ -116,6 +84,9 @@ class ReferenceModel:
         self._rows: dict[int, Job] = {}
         self._stamps: dict[int, _Stamps] = {}
         self._next_id = 1
+        #: Q19.8: the model's own tokens, and each claim's post-claim attempts (the draw).
+        self._last_token = 0
+        self._claim_attempts: dict[tuple[int, int], int] = {}
         #: D27: per queue, how many jobs left the live rows by each outcome.
         self._finished: dict[str, Counter[str]] = {}
         #: Q17: the periodic schedules' rows (``fire``/``list``: Q17.2-Q17.6).
@@ -307,8 +278,20 @@ class ReferenceModel:
 
     # -- Q3 claim ----------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, n: int, *, now: datetime) -> list[Job]:
+    def claim(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        *,
+        now: datetime,
+        tokens: Mapping[int, int] | None = None,
+    ) -> list[Job]:
         """Q3: the pre-claim sweep, then up to ``n`` claims, best first.
+
+        Args:
+            tokens: Q19.8: the claim token of each job id (the engine's); a job not in
+                it gets a token of the model's own.
 
         Returns:
             Snapshots of the claimed rows (post-claim ``attempts``), in claim order.
@@ -339,10 +322,16 @@ class ReferenceModel:
         # 3. Claim them.
         out = []
         for job in picked[:take]:
+            token = None if tokens is None else tokens.get(job.id)
+            if token is None:
+                self._last_token += 1
+                token = self._last_token
+            self._claim_attempts[(job.id, token)] = job.attempts + 1
             claimed = replace(
                 job,
                 state="processing",
                 attempts=job.attempts + 1,
+                claim_token=token,
                 claimed_by=worker_id,
                 claimed_at=now,
                 claim_expires_at=_after(now, job.visibility_timeout_s),
@@ -425,11 +414,12 @@ class ReferenceModel:
         n: int,
         *,
         now: datetime,
+        tokens: Mapping[int, int] | None = None,
     ) -> tuple[list[int], list[Job]]:
         """Q13 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
         the ids deleted and the claimed snapshots (none when ``n <= 0``)."""
         acked = self.ack_claims(queue, claims, now=now)
-        return acked, self.claim(queue, worker_id, n, now=now)
+        return acked, self.claim(queue, worker_id, n, now=now, tokens=tokens)
 
     def heartbeat_claims(
         self,
@@ -461,12 +451,13 @@ class ReferenceModel:
 
         Like ``JobHandle.retry`` (decision 2), the backoff delay is drawn from
         :attr:`rng` before the validity check, whenever ``delay_s`` is ``None`` and the
-        claim token is below the job's ``max_attempts``.
+        claim's ``attempts`` is below the job's ``max_attempts``.
         """
         stamps = self._stamps.get(job_id)
+        attempt = self._claim_attempts.get((job_id, token), 0)  # 0: not a claim's token
         delay = delay_s
-        if delay is None and stamps is not None and token < stamps.max_attempts:
-            delay = model_backoff_delay_s(stamps.backoff_base_s, token, self.rng)
+        if delay is None and stamps is not None and 0 < attempt < stamps.max_attempts:
+            delay = model_backoff_delay_s(stamps.backoff_base_s, attempt, self.rng)
         job = self._valid(queue, job_id, token, now)
         if job is None:
             return False
@@ -482,6 +473,28 @@ class ReferenceModel:
             claimed_by=None,
             claimed_at=None,
             claim_expires_at=None,
+            claim_token=None,
+        )
+        return True
+
+    def release(
+        self, queue: str, job_id: int, token: int, error: str | None = None, *, now: datetime
+    ) -> bool:
+        """Q19.8 release: pending again, ready now, the attempt given back, ``last_error =
+        error``, claim fields and token cleared."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        self._rows[job_id] = replace(
+            job,
+            state="pending",
+            attempts=job.attempts - 1,
+            run_at=now,
+            last_error=error,
+            claimed_by=None,
+            claimed_at=None,
+            claim_expires_at=None,
+            claim_token=None,
         )
         return True
 
@@ -543,8 +556,7 @@ class ReferenceModel:
         return count
 
     def cancel(self, queue: str, job_id: int, *, now: datetime) -> bool:
-        """Q19.5: finalize a pending (or lapsed) row as cancelled, or mark a processing
-        one cancelling (:mod:`._model_cancel`)."""
+        """Q19.5: cancel this queue's live row (:mod:`._model_cancel`)."""
         return _model_cancel.cancel(self, queue, job_id, now)
 
     def settle_cancelled(self, queue: str, claims: Iterable[tuple[int, int]]) -> list[int]:
@@ -556,9 +568,8 @@ class ReferenceModel:
         return _model_cancel.among(self, queue, job_ids)
 
     def sweep_expired(self, queue: str, retention_s: float | None, *, now: datetime) -> SweepResult:
-        """Q9: expired live rows go to dead (``"expired"``), then dead rows older than
-        ``retention_s`` are deleted (``None``: never). Q19.5: first, cancelling rows
-        whose lease lapsed are finalized; a cancelling row never expires."""
+        """Q19.5: lapsed cancelling rows are finalized; Q9: expired live rows (never a
+        cancelling one) go to dead, then dead rows past ``retention_s`` are deleted."""
         cancelled = _model_cancel.sweep(self, queue, now)
         expired = 0
         for job in self._live(queue):
@@ -605,6 +616,7 @@ class ReferenceModel:
                 claimed_by=None,
                 claimed_at=None,
                 claim_expires_at=None,
+                claim_token=None,
                 died_at=None,
             )
             count += 1
@@ -771,7 +783,7 @@ class ReferenceModel:
             job is None
             or job.queue != queue
             or job.state != "processing"
-            or job.attempts != token
+            or job.claim_token != token
             or job.claim_expires_at is None
             or now > job.claim_expires_at
         ):

@@ -47,7 +47,7 @@ def settle(model: ReferenceModel, queue: str, claims: Iterable[tuple[int, int]])
             job is not None
             and job.queue == queue
             and job.state == "cancelling"
-            and job.attempts == token
+            and job.claim_token == token
         ):
             finalize(model, job)
             settled.append(job_id)

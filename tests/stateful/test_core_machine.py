@@ -279,7 +279,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
     @rule(queue=queues, data=st.data())
     def settle_cancelled(self, queue, data):
         claims = data.draw(st.lists(st.sampled_from(self.claims), max_size=3), label="claims")
-        pairs = [(job.id, job.attempts) for job in claims]
+        pairs = [(job.id, job.claim_token) for job in claims]
         got = self.table.settle_cancelled(queue, pairs, self.now)
         assert got == self.model.settle_cancelled(queue, pairs)
 

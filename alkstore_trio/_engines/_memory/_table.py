@@ -18,7 +18,8 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
   has that ``expires_at`` or ``died_at`` (purged, or redriven from dead: D24).
 
 Each queue also counts the jobs that left its live rows, by outcome (acked,
-dead-lettered, cancelled: D27), from the table's creation on.
+dead-lettered, cancelled: D27), from the table's creation on. Claim tokens (Q19.8) come
+from one table-wide counter, so no token is ever handed out twice.
 
 Q15 (unique jobs) keeps three dicts keyed by (queue, unique key), off the claim path:
 ``keys`` names the live row holding a key (set when a keyed row is inserted or
@@ -62,13 +63,13 @@ from ..._core import (
     SweepResult,
 )
 from ..._core import _transitions as t
-from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
-from . import _cancel, _per_key
+from . import _cancel, _due, _per_key
 from ._limits import LimitBook
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
+    from ..._core._reschedule import RescheduleSpec
     from .._protocol import Claim, FailItem, RetryItem
 
 #: A ``ready`` heap entry: the claim order key (Q3), then the row's generation.
@@ -130,6 +131,7 @@ class JobTable:
         self._queues: dict[str, _QueueIndex] = {}
         self._finished: dict[str, _Finished] = {}
         self._next_id = 1
+        self._last_token = 0
         self._latest_now: datetime | None = None
         #: Q18: the paused queues, and every queue's limits (Q18.7-Q18.11).
         self._paused: set[str] = set()
@@ -329,11 +331,16 @@ class JobTable:
                 continue
             # Compute the claimed row before touching the heap, so that a failure here
             # leaves the row where it was (claimable by the next claim).
-            job = t.claimed(job, worker_id, now)
+            job = t.claimed(job, worker_id, now, self.next_token())
             heapq.heappop(ready)
             self._set_live(job, now)
             out.append(job)
         return out
+
+    def next_token(self) -> int:
+        """Q19.8: a claim token never handed out before by this table."""
+        self._last_token += 1
+        return self._last_token
 
     def _has_claimable(self, index: _QueueIndex, now: datetime) -> bool:
         """Whether the ready heap holds a claimable row (stale and expired entries on
@@ -438,6 +445,18 @@ class JobTable:
             for job_id, token, error, delay_s in items
         ]
         return self._finish_claims(queue, finish, now)
+
+    def release_claims(
+        self, queue: str, claims: Iterable[Claim], error: str | None, now: datetime
+    ) -> list[int]:
+        """Q19.8: each distinct valid claim back to pending, ready now, its attempt given
+        back, in one transition; the ids released, in the order given."""
+        finish = [
+            (job_id, token, partial(t.released, now=now, error=error))
+            for job_id, token in dict.fromkeys(claims)
+        ]
+        done = self._finish_claims(queue, finish, now)
+        return [job_id for (job_id, _, _), ok in zip(finish, done, strict=True) if ok]
 
     def fail(self, queue: str, items: Iterable[FailItem], now: datetime) -> list[bool]:
         """Q4/Q13 (D20): fail each (job id, claim token, error) in turn (dead now), all in
@@ -544,36 +563,12 @@ class JobTable:
     def reschedule(
         self, queue: str, job_id: int, spec: RescheduleSpec, now: datetime
     ) -> Job | None:
-        """Q16: give this queue's pending row its new ``run_at`` and priority; the new
-        row, or ``None`` (processing, dead or missing: nothing changes)."""
-        self._observe(now)
-        job = self._live.get(job_id)
-        if not is_reschedulable(job, queue):
-            return None
-        assert job is not None
-        new = rescheduled(job, now, spec)
-        self._set_live(new, now)
-        return new
+        """Q16: a pending row's new ``run_at`` and priority (:mod:`._due`)."""
+        return _due.reschedule(self, queue, job_id, spec, now)
 
     def next_due_in_s(self, queue: str, now: datetime) -> float | None:
-        """Q16: seconds until the earliest future ``run_at`` of this queue's pending rows
-        (the top of its ``delayed`` heap, once the due and stale entries are off it)."""
-        self._observe(now)
-        index = self._queues.get(queue)
-        if index is None:
-            return None
-        self._promote_due(index, now)
-        delayed = index.delayed
-        due: float | None = None
-        while delayed:
-            run_at, job_id, gen = delayed[0]
-            if self._gen.get(job_id) == gen:
-                due = due_in_s(run_at, now)
-                break
-            heapq.heappop(delayed)
-        if not self.limits.limited(queue):
-            return due
-        return _per_key.limited_due_in_s(self, queue, index, due, now)
+        """Q16: seconds until this queue's next pending row is due (:mod:`._due`)."""
+        return _due.next_due_in_s(self, queue, now)
 
     # -- internals ---------------------------------------------------------------------
 

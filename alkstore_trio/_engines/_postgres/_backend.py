@@ -13,9 +13,9 @@ wakes everyone after reconnecting, since notifications sent while it was away ar
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import secrets
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,7 +27,6 @@ from ..._core import (
     FAILED,
     Enqueued,
     EnqueueSpec,
-    Headers,
     Job,
     JobState,
     QueueLimits,
@@ -39,7 +38,18 @@ from ..._core import _validate as v
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
-from . import _driver, _limited, _periodic, _pool, _reads, _rows, _schema, _sql, _unique
+from . import (
+    _driver,
+    _enqueue,
+    _limited,
+    _periodic,
+    _pool,
+    _reads,
+    _rows,
+    _schema,
+    _sql,
+    _unique,
+)
 from ._dsn import describe
 from ._options import _Conninfo, check_options, driver_connect
 from ._rows import job as _job
@@ -190,7 +200,7 @@ class PostgresEngine:
         if _unique.has_keys(specs):
             return await self._enqueue_keyed(specs)
         ids: list[Enqueued] = []
-        for group in _groups(specs):
+        for group in _enqueue.groups(specs):
             query, params = self._enqueue_statement(group)
             rows = await self._execute(query, params)
             ids.extend([Enqueued(row[0]) for row in rows])
@@ -199,36 +209,23 @@ class PostgresEngine:
     async def _enqueue_keyed(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         """Q15: a call with unique keys, in a transaction of its own."""
         async with self._transaction_conn() as conn:
-            return await _unique.enqueue_keyed(self, conn, specs)
+            return await _enqueue.run_on(conn, self._enqueue_steps(specs))
+
+    def _enqueue_steps(self, specs: Sequence[EnqueueSpec]) -> _enqueue.Steps[list[Enqueued]]:
+        return _enqueue.enqueue_steps(self._q, self._channel, self._schema, specs)
 
     def _enqueue_statement(self, group: Sequence[EnqueueSpec]) -> tuple[str, dict[str, object]]:
-        """The enqueue statement for one group and its parameters (``enqueue_one`` for a
-        single payload: the same effect without the unnest)."""
-        first = group[0]
-        params: dict[str, object] = {
-            "queue": first.queue,
-            "priority": first.priority,
-            "delay_s": first.delay_s,
-            "run_at": first.run_at,
-            "max_attempts": first.max_attempts,
-            "visibility_timeout_s": first.visibility_timeout_s,
-            "backoff_base_s": first.backoff_base_s,
-            "expires_in_s": first.expires_in_s,
-            "headers": _headers_json(first.headers),
-            "channel": self._channel(first.queue),
-        }
-        if len(group) == 1:
-            params["payload"] = first.payload
-            params["concurrency_key"] = first.concurrency_key  # Q18.8
-            return self._q["enqueue_one"], params
-        params["payloads"] = [spec.payload for spec in group]
-        keys = [spec.concurrency_key for spec in group]
-        params["concurrency_keys"] = keys if any(key is not None for key in keys) else None
-        return self._q["enqueue_many"], params
+        """The enqueue statement for one group and its parameters (see :mod:`._enqueue`)."""
+        return _enqueue.statement(self._q, self._channel, group)
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
-        params = {"queue": queue, "worker_id": worker_id, "n": min(n, v.JOB_ID_MAX)}
+        params = {
+            "queue": queue,
+            "worker_id": worker_id,
+            "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
+        }
         if queue in self._limited:
             return (await self._claim_limited(queue, (), params))[1]
         rows = await self._run("claim", params)
@@ -288,6 +285,7 @@ class PostgresEngine:
             **_claim_params(queue, claims),
             "worker_id": worker_id,
             "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
         }
         if queue in self._limited:
             return await self._claim_limited(queue, claims, params)
@@ -325,6 +323,10 @@ class PostgresEngine:
             done = _applied(len(items), await self._run("retry_claims", params))
         await self._freed(queue, sum(done))
         return done
+
+    async def release(self, queue: str, claims: Sequence[Claim], error: str | None) -> list[int]:
+        params = {**_claim_params(queue, claims), "error": error, "channel": self._channel(queue)}
+        return [row[0] for row in await self._run("release_claims", params)]
 
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
         if len(items) == 1:
@@ -712,6 +714,14 @@ def _claim_params(
     }
 
 
+def _token_base() -> int:
+    """Q19.8: 62 random bits for one claim statement, from the client's entropy (it
+    survives a server crash and needs no server randomness); the statement XORs each
+    row's id into it, so the tokens of one statement differ. 62 bits: the XOR with an id
+    (< 2**63) stays a non-negative bigint."""
+    return secrets.randbits(62)
+
+
 def _int_array(values: Sequence[int]) -> str:
     """A PostgreSQL array literal of ints (``{1,2,3}``), bound as a text parameter that
     the statement casts (``::bigint[]``). psycopg's list dumper costs ~2 µs more per
@@ -727,47 +737,6 @@ def _applied(count: int, rows: Sequence[tuple[Any, ...]]) -> list[bool]:
     return [ordinal in applied for ordinal in range(1, count + 1)]
 
 
-def _headers_json(headers: Headers) -> str:
-    """A job's headers as the JSON text the enqueue statements cast to ``jsonb``.
-
-    A str parameter (sent untyped, cast by the statement) rather than psycopg's ``Jsonb``
-    wrapper: the same JSON for the same cost, and the constant ``'{}'`` for the usual job
-    without headers. ASCII-only JSON (``\\u`` escapes), whatever the connection's
-    encoding; the server stores the characters.
-    """
-    if not headers:
-        return "{}"
-    return json.dumps(dict(headers.items()))
-
-
-def _groups(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
-    """Split specs into runs that share everything but the payload (one statement each).
-
-    ``enqueue_many`` is always one run, so it is one statement.
-    """
-    groups: list[list[EnqueueSpec]] = []
-    for spec in specs:
-        if groups and _same_options(groups[-1][0], spec):
-            groups[-1].append(spec)
-        else:
-            groups.append([spec])
-    return groups
-
-
-def _same_options(a: EnqueueSpec, b: EnqueueSpec) -> bool:
-    return (
-        a.queue == b.queue
-        and a.priority == b.priority
-        and a.delay_s == b.delay_s
-        and a.run_at == b.run_at
-        and a.max_attempts == b.max_attempts
-        and a.visibility_timeout_s == b.visibility_timeout_s
-        and a.backoff_base_s == b.backoff_base_s
-        and a.expires_in_s == b.expires_in_s
-        and a.headers == b.headers
-    )
-
-
 class PostgresTransaction:
     """Q10 on PostgreSQL: a real database transaction on one pooled connection."""
 
@@ -776,20 +745,10 @@ class PostgresTransaction:
         self._conn = conn
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
-        ids: list[Enqueued] = []
-        backend = self._backend
-        if _unique.has_keys(specs):
-            try:
-                return await _unique.enqueue_keyed(backend, self._conn, specs)
-            except psycopg.Error as exc:
-                raise _engine_error(exc) from exc
-        for group in _groups(specs):
-            try:
-                rows = await self._conn.execute(*backend._enqueue_statement(group))
-            except psycopg.Error as exc:
-                raise _engine_error(exc) from exc
-            ids.extend([Enqueued(row[0]) for row in rows])
-        return ids
+        try:
+            return await _enqueue.run_on(self._conn, self._backend._enqueue_steps(specs))
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
         try:

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 def job(row: Sequence[Any]) -> Job:
     """A result row in the column order of the queries as a Job: the columns of ``jobs``
-    up to ``last_error``, the headers, ``died_at``, the unique key (Q15) and the
-    concurrency key (Q18.8).
+    up to ``last_error``, the headers, ``died_at``, the unique key (Q15), the claim token
+    (Q19.8) and the concurrency key (Q18.8).
 
     The queries send the headers as ``nullif(headers, '{}')``: ``None`` for a job without
     any (the usual case), so psycopg parses no JSON (its jsonb loader takes about 1.3 µs
@@ -42,7 +42,8 @@ def job(row: Sequence[Any]) -> Job:
         died_at=utc_or_none(row[17]),
         headers=Headers(headers) if headers else NO_HEADERS,
         unique_key=row[18],
-        concurrency_key=row[19],
+        claim_token=row[19],
+        concurrency_key=row[20],
     )
 
 

@@ -241,6 +241,13 @@ from .q19_5_cancel import (
     q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder,
     q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key,
 )
+from .q19_8_tokens import (
+    q19_8_a_redriven_job_refuses_its_old_holders,
+    q19_8_bad_release_arguments_raise_without_effect,
+    q19_8_every_claim_of_a_job_gets_a_new_token,
+    q19_8_release_gives_the_claims_attempt_back,
+    q19_8_v_refuses_a_token_that_is_not_the_claims,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -417,6 +424,12 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q18_10_stats_show_limits_and_count_throttled_claims,
     q18_11_set_limits_merges_and_limits_reads_them,
     q18_11_bad_limits_raise_and_change_nothing,
+    # Q19.8: claim tokens and release.
+    q19_8_every_claim_of_a_job_gets_a_new_token,
+    q19_8_v_refuses_a_token_that_is_not_the_claims,
+    q19_8_a_redriven_job_refuses_its_old_holders,
+    q19_8_release_gives_the_claims_attempt_back,
+    q19_8_bad_release_arguments_raise_without_effect,
 )
 
 

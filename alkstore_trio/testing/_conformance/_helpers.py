@@ -63,6 +63,7 @@ _JOB_FIELDS: Final = (
     "headers",
     "unique_key",
     "concurrency_key",
+    "claim_token",
 )
 
 Check = Callable[["EngineHarness"], "Awaitable[None]"]

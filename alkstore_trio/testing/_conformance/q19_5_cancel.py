@@ -56,27 +56,36 @@ async def q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder(
     harness: EngineHarness,
 ) -> None:
     """Q19.5: cancel of a processing row under a live lease makes it ``cancelling`` (its
-    claim fields kept), counted in ``stats().cancelling``, not yet cancelled; its holder's
-    heartbeat, ack, retry and fail are refused and change nothing; no claim hands it
-    out, even after its lease lapsed; a second cancel is True again."""
+    claim fields and token kept), counted in ``stats().cancelling``, not yet cancelled;
+    its holder's heartbeat, ack, retry, release and fail are refused and change nothing;
+    no claim hands it out, even after its lease lapsed; a second cancel is True again."""
     async with harness.open_store() as store:
         queue = store.queue("cancel-processing", QueueOpts(visibility_timeout_s=100))
-        ids = await queue.enqueue_many([b"ack", b"retry", b"fail"])
-        handles = {h.id: h for h in await queue.claim_batch("holder", 3)}
+        ids = await queue.enqueue_many([b"ack", b"retry", b"fail", b"release"])
+        handles = {h.id: h for h in await queue.claim_batch("holder", 4)}
         for job_id in ids:
             before = await _get(queue, job_id)
             assert await queue.cancel(job_id) is True, f"cancel of job {job_id} returned False"
             after = await _assert_state(queue, job_id, "cancelling", "cancel of a processing job")
-            claim = (after.attempts, after.claimed_by, after.claimed_at, after.claim_expires_at)
-            kept = (before.attempts, before.claimed_by, before.claimed_at, before.claim_expires_at)
+            claim, kept = (
+                (
+                    job.attempts,
+                    job.claim_token,
+                    job.claimed_by,
+                    job.claimed_at,
+                    job.claim_expires_at,
+                )
+                for job in (after, before)
+            )
             assert claim == kept, f"cancel changed the claim fields of job {job_id}: {claim}"
         seen = await _cancel_counts(store, queue)
-        assert seen == (0, 3, 0), f"(processing, cancelling, cancelled) = {seen}, not (0, 3, 0)"
-        first, second, third = (handles[i] for i in ids)
+        assert seen == (0, 4, 0), f"(processing, cancelling, cancelled) = {seen}, not (0, 4, 0)"
+        first, second, third, fourth = (handles[i] for i in ids)
         assert await first.heartbeat() is False, "heartbeat of a cancelling job was not refused"
         assert await first.ack() is False, "ack of a cancelling job was not refused"
         assert await second.retry(delay_s=0) is False, "retry of a cancelling job was not refused"
         assert await third.fail() is False, "fail of a cancelling job was not refused"
+        assert await fourth.release() is False, "release of a cancelling job was not refused"
         assert await queue.ack_batch(ids) == 0, "ack_batch acked a cancelling job"
         for job_id in ids:
             await _assert_state(queue, job_id, "cancelling", "a refused operation")

@@ -14,6 +14,7 @@ from ._steps import _Step
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from ..._core import Job
     from ._run import _Run
 
 
@@ -58,6 +59,12 @@ def _agree(what: str, engine: object, model: object) -> None:
     agree(what, engine, model)
 
 
+def _token(job: Job) -> int:
+    from ._run import _token as token  # as _agree
+
+    return token(job)
+
+
 async def apply_settle_cancelled(run: _Run, step: SettleCancelled, now: datetime) -> object:
     del now  # no lease check
     queue = run.queues[step.queue]
@@ -65,7 +72,7 @@ async def apply_settle_cancelled(run: _Run, step: SettleCancelled, now: datetime
     for slot in slots:
         slot.consumed = True
     got = await queue.settle_cancelled([slot.handle for slot in slots])
-    claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+    claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
     settled = run.model.settle_cancelled(queue.name, claims)
     _agree(f"{step}: results", got, [job_id in settled for job_id, _ in claims])
     return got

@@ -1,4 +1,4 @@
--- Migration 12: two-phase cancel (Q19.5). The schema placeholder is replaced by the
+-- Migration 11: two-phase cancel (Q19.5). The schema placeholder is replaced by the
 -- quoted schema name.
 
 -- When cancel was first called on the job while it was processing. A nullable column
