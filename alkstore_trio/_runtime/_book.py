@@ -78,11 +78,13 @@ _RENEWABLE: Final = _SCOPED | {ClaimState.FINISHED}
 class Outcome(NamedTuple):
     """What is to be done with a claim's job: ``kind`` is ``"ack"``, ``"retry"``,
     ``"fail"`` or ``"release"`` (a retry with delay 0 because the worker stopped or the
-    lease was uncertain)."""
+    lease was uncertain). An ack carries the handler's ``result`` (Q19.1) for a kept job
+    (``None`` for none, and always for an unkept job: the job actor discarded it)."""
 
     kind: str
     error: str | None = None
     delay_s: float | None = None
+    result: bytes | None = None
 
 
 #: The outcome of a claim whose handler returned (shared: the hot path allocates none).

@@ -20,7 +20,6 @@ reserved at ``tx.enqueue`` and the rows inserted at commit).
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -39,6 +38,8 @@ from .._core import (
     StoreStats,
     SweepResult,
 )
+from ._model_backoff import model_backoff_delay_s
+from ._model_history import ModelHistory  # Q19.1-Q19.3
 from ._model_limits import ModelLimits  # Q18.7-Q18.11
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
@@ -53,27 +54,6 @@ _MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
 _FAILED = "failed"
 _EXPIRED = "expired"
 #: The stamps of a row enqueued by queue name, without a handle (Q1).
-
-
-def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
-    """Q5 (equal jitter) and decision 12, computed step by step from the contract text.
-
-    Args:
-        base_s: The row's ``backoff_base_s``.
-        attempt: The row's post-claim ``attempts`` (>= 1).
-        rng: The random source; exactly one ``randint`` call is made.
-
-    Returns:
-        An integer number of seconds in ``[ceil(cap / 2), floor(cap)]``, or ``ceil(cap / 2)``
-        when that interval is empty (a cap below one second).
-    """
-    exponent = min(attempt - 1, 30)
-    cap = min(base_s * 2**exponent, 3600)
-    low = math.ceil(cap / 2)
-    high = math.floor(cap)
-    if high < low:
-        high = low
-    return rng.randint(low, high)
 
 
 def _after(now: datetime, seconds: float) -> datetime:
@@ -113,6 +93,8 @@ class ReferenceModel:
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = random.Random(0) if rng is None else rng
         self._rows: dict[int, Job] = {}
+        #: Q19.2: the kept rows of acked jobs.
+        self.kept = ModelHistory()
         self._stamps: dict[int, _Stamps] = {}
         self._next_id = 1
         #: D27: per queue, how many jobs left the live rows by each outcome.
@@ -128,8 +110,8 @@ class ReferenceModel:
     # -- reading -----------------------------------------------------------------------
 
     def get_job(self, queue: str, job_id: int) -> Job | None:
-        """Q8: this queue's row with this id, live or dead; ``None`` otherwise."""
-        job = self._rows.get(job_id)
+        """Q8: this queue's row with this id, live, dead or kept; ``None`` otherwise."""
+        job = self.find_job(job_id)
         if job is None or job.queue != queue:
             return None
         return job
@@ -139,14 +121,16 @@ class ReferenceModel:
         return [self._rows[job_id] for job_id in sorted(self._rows)]
 
     def find_job(self, job_id: int) -> Job | None:
-        """D26: the row with this id, live or dead, of any queue."""
-        return self._rows.get(job_id)
+        """D26: the row with this id, live, dead or kept (Q19.2), of any queue."""
+        return self._rows.get(job_id) or self.kept.rows.get(job_id)
 
     def list_jobs(
         self, queue: str, state: JobState, *, limit: int = 100, after_id: int | None = None
     ) -> list[Job]:
         """D26: this queue's rows in ``state`` with ids above ``after_id``, by id, the
         first ``limit``."""
+        if state == "completed":
+            return self.kept.listed(queue, after_id)[:limit]
         rows = [
             job
             for job in self.jobs()
@@ -400,20 +384,36 @@ class ReferenceModel:
         self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend))
         return True
 
-    def ack(self, queue: str, job_id: int, token: int, *, now: datetime) -> bool:
-        """Q4 ack: delete the validly claimed row."""
-        if self._valid(queue, job_id, token, now) is None:
+    def ack(
+        self, queue: str, job_id: int, token: int, *, now: datetime, result: bytes | None = None
+    ) -> bool:
+        """Q4 ack: delete the validly claimed row; Q19.2: keep it (with its result) when
+        its stamp says so."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
             return False
         del self._rows[job_id]
+        self.kept.finish(job, result, now)
         self._count(queue, "acked")
         return True
 
     def ack_claims(
-        self, queue: str, claims: Iterable[tuple[int, int]], *, now: datetime
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        *,
+        now: datetime,
+        results: Sequence[bytes | None] | None = None,
     ) -> list[int]:
         """Q13 (D18): ack each (job id, claim token) in turn, as :meth:`ack` would, all at
-        one ``now``; returns the ids deleted."""
-        return [job_id for job_id, token in claims if self.ack(queue, job_id, token, now=now)]
+        one ``now``, with its result (Q19.1); returns the ids finished."""
+        pairs = list(claims)
+        given = [None] * len(pairs) if results is None else results
+        return [
+            job_id
+            for (job_id, token), result in zip(pairs, given, strict=True)
+            if self.ack(queue, job_id, token, now=now, result=result)
+        ]
 
     def ack_claims_and_claim(
         self,
@@ -423,10 +423,11 @@ class ReferenceModel:
         n: int,
         *,
         now: datetime,
+        results: Sequence[bytes | None] | None = None,
     ) -> tuple[list[int], list[Job]]:
         """Q13 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
-        the ids deleted and the claimed snapshots (none when ``n <= 0``)."""
-        acked = self.ack_claims(queue, claims, now=now)
+        the ids finished and the claimed snapshots (none when ``n <= 0``)."""
+        acked = self.ack_claims(queue, claims, now=now, results=results)
         return acked, self.claim(queue, worker_id, n, now=now)
 
     def heartbeat_claims(
@@ -536,6 +537,7 @@ class ReferenceModel:
                 and now <= job.claim_expires_at
             ):
                 del self._rows[job_id]
+                self.kept.finish(job, None, now)
                 self._count(queue, "acked")
                 count += 1
         return count
@@ -570,7 +572,7 @@ class ReferenceModel:
                 ):
                     del self._rows[job.id]
                     purged += 1
-        return SweepResult(expired, purged)
+        return SweepResult(expired, purged, self.kept.purge(queue, now))
 
     # -- D24, D25: the operator's redrive and purge -------------------------------------
 
@@ -741,6 +743,7 @@ class ReferenceModel:
             headers=Headers(headers or {}),
             unique_key=unique_key,
             concurrency_key=concurrency_key,
+            keep_completed_s=opts.keep_completed_s,
         )
 
     def _live(self, queue: str) -> list[Job]:

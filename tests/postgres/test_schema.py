@@ -225,16 +225,25 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
     assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 19
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 19
-    # D30: the headers, then (Q15) the unique key and (Q18.8) the concurrency key, last in
-    # both tables: a jsonb object that defaults to '{}', and nullable texts without a
-    # default.
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 20
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 20
+    # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key and (Q19.2)
+    # the stamp keep_completed_s, last in both tables: a jsonb object that defaults to
+    # '{}', and nullable columns without a default (catalog-only adds).
     for table in ("jobs", "dead_jobs"):
-        *_, headers, key, group = [row for row in from_migrations["columns"] if row[0] == table]
+        *_, headers, key, group, keep = [
+            row for row in from_migrations["columns"] if row[0] == table
+        ]
         assert headers[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), headers
         assert key[1:5] == ("unique_key", "text", False, None), key
         assert group[1:5] == ("concurrency_key", "text", False, None), group
+        assert keep[1:5] == ("keep_completed_s", "double precision", False, None), keep
+    # Q19.2: the history table, off the live table, with its purge and list indexes.
+    assert relations["completed_jobs"] == "r"
+    assert "(queue, purge_at)" in indexes["completed_jobs_purge_idx"]
+    assert "(queue, state, id)" in indexes["completed_jobs_list_idx"]
+    completed = [row[1] for row in from_migrations["columns"] if row[0] == "completed_jobs"]
+    assert completed[-4:] == ["keep_completed_s", "completed_at", "purge_at", "result"]
     # Q18.8: the per-key indexes hold keyed rows only (keyless enqueues pay nothing), and
     # `limited` counts the per-key limit.
     for name in ("jobs_key_claim_idx", "jobs_key_lease_idx"):

@@ -81,7 +81,7 @@ async def _enqueue_one_keyed(
 def _runs(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
     """Each keyed spec alone, in order, with the keyless specs between them in runs that
     share their options (one statement each, as the keyless path groups them)."""
-    from ._backend import _same_options
+    from ._params import _same_options
 
     runs: list[list[EnqueueSpec]] = []
     for spec in specs:

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 7). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 9). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -48,7 +48,9 @@ CREATE TABLE @schema@.jobs (
     -- The job's unique key (Q15), NULL for none.
     unique_key text,
     -- The job's concurrency key (Q18.8), NULL for none.
-    concurrency_key text
+    concurrency_key text,
+    -- Q19.2: the stamp keep_completed_s, NULL to delete the row at its ack.
+    keep_completed_s double precision
 );
 
 -- Claims walk pending rows of one queue in claim order.
@@ -91,11 +93,46 @@ CREATE TABLE @schema@.dead_jobs (
     died_at timestamptz NOT NULL,
     headers jsonb NOT NULL DEFAULT '{}',
     unique_key text,
-    concurrency_key text
+    concurrency_key text,
+    keep_completed_s double precision
 );
 
 -- Retention purges the oldest dead rows of one queue.
 CREATE INDEX dead_jobs_retention_idx ON @schema@.dead_jobs (queue, died_at);
+
+-- Q19.2: the kept rows of acked jobs (history), moved here by their ack: the columns of
+-- jobs, the state 'completed', when it was acked, when a sweep may purge it
+-- (completed_at + keep_completed_s) and the handler's result (Q19.1). Nothing on the
+-- claim path reads this table.
+CREATE TABLE @schema@.completed_jobs (
+    id bigint PRIMARY KEY,
+    queue text NOT NULL,
+    payload bytea NOT NULL,
+    priority integer NOT NULL,
+    state text NOT NULL CHECK (state IN ('completed')),
+    attempts integer NOT NULL,
+    max_attempts integer NOT NULL,
+    run_at timestamptz NOT NULL,
+    enqueued_at timestamptz NOT NULL,
+    visibility_timeout_s double precision NOT NULL,
+    backoff_base_s double precision NOT NULL,
+    expires_at timestamptz,
+    claimed_by text,
+    claimed_at timestamptz,
+    claim_expires_at timestamptz,
+    last_error text,
+    headers jsonb NOT NULL DEFAULT '{}',
+    unique_key text,
+    concurrency_key text,
+    keep_completed_s double precision NOT NULL,
+    completed_at timestamptz NOT NULL,
+    purge_at timestamptz NOT NULL,
+    result bytea
+);
+-- Q19.3: sweeps purge one queue's oldest kept rows in batches.
+CREATE INDEX completed_jobs_purge_idx ON @schema@.completed_jobs (queue, purge_at);
+-- D26: the operator's listing pages by id.
+CREATE INDEX completed_jobs_list_idx ON @schema@.completed_jobs (queue, state, id);
 
 -- Per queue, how many jobs were acked, dead-lettered and cancelled since this table was
 -- created. The statements that move jobs out of the live table add to it in the same
@@ -174,4 +211,4 @@ CREATE TABLE @schema@.queue_controls (
     CONSTRAINT queue_controls_burst_with_rate CHECK ((burst IS NULL) = (rate_per_s IS NULL))
 );
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (8);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (9);

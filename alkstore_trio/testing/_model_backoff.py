@@ -1,0 +1,30 @@
+"""Q5 in the reference model: the backoff draw, written from the contract text."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import random
+
+
+def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
+    """Q5 (equal jitter) and decision 12, computed step by step from the contract text.
+
+    Args:
+        base_s: The row's ``backoff_base_s``.
+        attempt: The row's post-claim ``attempts`` (>= 1).
+        rng: The random source; exactly one ``randint`` call is made.
+
+    Returns:
+        An integer number of seconds in ``[ceil(cap / 2), floor(cap)]``, or ``ceil(cap / 2)``
+        when that interval is empty (a cap below one second).
+    """
+    exponent = min(attempt - 1, 30)
+    cap = min(base_s * 2**exponent, 3600)
+    low = math.ceil(cap / 2)
+    high = math.floor(cap)
+    if high < low:
+        high = low
+    return rng.randint(low, high)
