@@ -38,7 +38,9 @@ import trio
 from alkstore_trio import EngineError, Job, Queue, Worker, open_store
 
 DSN = os.environ.get("ALKSTORE_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-# A schema of this run's own (the pid keeps two runs apart), dropped at the end.
+# A schema of this run's own (the pid keeps two runs apart), dropped at the end. Not
+# ALKSTORE_SCHEMA, unlike the README and the tutorial: this program claims every job of
+# its queue and drops its schema, which must never be one you use.
 SCHEMA = f"example_graceful_{os.getpid()}"
 #: The worker's --shutdown-grace-s (the unit: 30).
 GRACE_S = 2.0

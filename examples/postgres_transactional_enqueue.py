@@ -18,7 +18,9 @@ import trio
 import alkstore_trio
 
 DSN = os.environ.get("ALKSTORE_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-# A schema of this run's own (the pid keeps two runs apart), dropped at the end.
+# A schema of this run's own (the pid keeps two runs apart), dropped at the end. Not
+# ALKSTORE_SCHEMA, unlike the README and the tutorial: this program claims every job of
+# its queue and drops its schema, which must never be one you use.
 SCHEMA = f"example_shop_{os.getpid()}"
 ORDERS = f'"{SCHEMA}".orders'
 
