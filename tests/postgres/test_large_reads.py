@@ -164,3 +164,34 @@ def test_q8_reading_a_64_mib_payload_back_peaks_near_its_size(pg_dsn, pg_schema)
     # In one result it was 6x (hex text, then bytes); in slices about 1.2x. The
     # comparison of the payload in the check adds nothing: it is made after `after`.
     assert ratio < 2.0, f"reading back peaked at {ratio:.2f}x the payload"
+
+
+_PUT_RESULT = """
+import sys, trio
+from alkstore_trio import QueueOpts, open_store
+
+async def main(dsn, schema, size):
+    async with open_store(dsn, schema=schema, migrate="apply", max_result_bytes=size) as store:
+        queue = store.queue("big", QueueOpts(keep_completed_s=3600))
+        job_id = await queue.enqueue(b"small")
+        handle = await queue.claim_one("w")
+        assert handle is not None and await handle.ack(result=b"\\x01" * size)
+        print(int(job_id))
+
+trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+_GET_RESULT = _GET.replace("job.payload == b", "job.result == b")
+
+
+def test_q19_1_reading_a_64_mib_result_back_peaks_near_its_size(pg_dsn, pg_schema):
+    """Q19.1: a kept job's large result is read back in slices, as a large payload is."""
+    size = str(64 * 1024 * 1024)
+
+    def run(script: str, *args: str) -> str:
+        command = [sys.executable, "-c", script, pg_dsn, pg_schema, size, *args]
+        done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+        return done.stdout.strip().splitlines()[-1]
+
+    job_id = run(_PUT_RESULT)
+    ratio = float(run(_GET_RESULT, job_id))
+    assert ratio < 2.0, f"reading back peaked at {ratio:.2f}x the result"

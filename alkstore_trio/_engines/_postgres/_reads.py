@@ -13,6 +13,9 @@ The slices need no transaction: a job's payload never changes while its id exist
 redrive moves the row whole and keeps its id), so slices read by separate statements
 make up the payload the row had. A job that leaves meanwhile (acked, cancelled, purged)
 has no row for a slice: the read then answers ``None``, as a read a moment later would.
+
+Q19.1: a kept job's result comes the same way (``result_slice``): a kept row never
+changes, and one purged between its row and a slice reads as gone.
 """
 
 from __future__ import annotations
