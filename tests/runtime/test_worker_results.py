@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from alkstore_trio import QueueOpts, open_store
+from alkstore_trio import InvalidArgument, QueueOpts, open_store
 from alkstore_trio._runtime._worker import Worker
 from alkstore_trio.testing import TrioClock
 
@@ -102,3 +102,22 @@ async def test_q19_1_an_unkept_jobs_result_is_discarded_counted_and_logged_once(
     discarded = [r for r in caplog.records if getattr(r, "event", None) == "result_discarded"]
     assert len(discarded) == 1, [r.getMessage() for r in discarded]
     assert "keep_completed_s" in discarded[0].getMessage()
+
+
+@pytest.mark.parametrize("bad", [-1, 2**30 + 1, True, 1.5, "1"])
+async def test_q19_1_max_result_bytes_is_validated(bad):
+    with pytest.raises(InvalidArgument, match="max_result_bytes"):
+        async with open_store("memory://", max_result_bytes=bad):
+            pass
+
+
+async def test_q19_1_max_result_bytes_bounds_an_ack_and_zero_allows_only_empty_results():
+    async with open_store("memory://", max_result_bytes=0) as store:
+        queue = store.queue("q", KEPT)
+        await queue.enqueue_many([b"a", b"b"])
+        first, second = await queue.claim_batch("w", 2)
+        with pytest.raises(InvalidArgument, match="result of 1 bytes exceeds max_result_bytes=0"):
+            await first.ack(result=b"x")
+        assert await first.ack(result=b"") is True
+        assert (await queue.get_job(first.id)).result == b""
+        assert await second.ack() is True
