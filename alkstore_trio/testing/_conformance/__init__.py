@@ -244,6 +244,7 @@ from .q19_1_results import (
     q19_1_a_stale_claims_result_is_refused_with_its_ack,
     q19_1_an_unkept_jobs_result_is_discarded,
     q19_1_bad_results_raise_without_effect,
+    q19_1_results_go_with_the_fused_ack_of_a_limited_queue,
 )
 from .q19_2_q19_3_history import (
     q19_2_a_kept_job_is_readable_after_its_ack,
@@ -433,6 +434,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q19_1_an_unkept_jobs_result_is_discarded,
     q19_1_bad_results_raise_without_effect,
     q19_1_a_stale_claims_result_is_refused_with_its_ack,
+    q19_1_results_go_with_the_fused_ack_of_a_limited_queue,
     q19_2_keep_completed_s_is_a_validated_stamp,
     q19_2_a_kept_job_is_readable_after_its_ack,
     q19_2_unkept_jobs_are_deleted_and_ack_batch_keeps,

@@ -119,3 +119,18 @@ async def q19_1_a_stale_claims_result_is_refused_with_its_ack(harness: EngineHar
         assert job.result is None, "a stale ack wrote its result"
         assert await fresh.ack(result=b"fresh") is True, "the valid claim's ack was refused"
         assert (await _get(queue, job_id)).result == b"fresh", "the valid result was not kept"
+
+
+@_check
+async def q19_1_results_go_with_the_fused_ack_of_a_limited_queue(harness: EngineHarness) -> None:
+    """Q19.1 with Q18.7: on a limited queue the fused ack-and-claim stores the kept
+    jobs' results too, and the slot its ack frees is claimed in the same call."""
+    async with harness.open_store() as store:
+        queue = store.queue("limited-results", _KEPT)
+        await queue.set_limits(max_running=1)
+        first, second = await queue.enqueue_many([b"1", b"2"])
+        handle = await _claim_id(queue, first)
+        acked, claimed = await queue.ack_handles_and_claim([handle], "w", 1, results=[b"one"])
+        assert acked == [True], f"the fused ack returned {acked}"
+        assert [h.id for h in claimed] == [second], "the freed slot was not claimed"
+        assert (await _get(queue, first)).result == b"one", "the limited path lost the result"
