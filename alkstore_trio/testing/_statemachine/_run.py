@@ -623,7 +623,9 @@ class _Run:
                 got = await queue.get_job(job_id)
                 _agree(f"get_job({name!r}, {job_id})", got, self.model.get_job(name, job_id))
                 _check_shape(f"get_job({name!r}, {job_id})", got)
-                if got is not None and got.state != "dead" and got.unique_key is not None:
-                    if got.unique_key in keys:
-                        raise Disagreement(f"two live jobs of {name!r} hold {got.unique_key!r}")
-                    keys.add(got.unique_key)  # Q15.1: at most one live job per key
+                # Q15.1 counts live rows: a dead or a kept (completed) row holds no key.
+                key = None if got is None or got.state in ("dead", "completed") else got.unique_key
+                if key is not None:
+                    if key in keys:
+                        raise Disagreement(f"two live jobs of {name!r} hold {key!r}")
+                    keys.add(key)  # Q15.1: at most one live job per key
