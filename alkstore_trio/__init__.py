@@ -15,6 +15,8 @@ Layers, each importing only the ones below it (checked by import-linter):
 - ``testing``: manual clock, reference model, conformance suite, state machine.
 - ``postgres``: PostgreSQL administration (migrate, the migration script, DSN
   redaction); public, but imported explicitly (it needs the ``postgres`` extra when used).
+- ``_tasks``: typed tasks (``Tasks``, ``Task``) on top of the queues and the worker; it
+  needs the ``tasks`` extra (msgspec), so it is imported on first use of those names.
 - ``_cli``: the ``alkstore-trio`` command, a package with one module per command group;
   it reaches PostgreSQL only through ``postgres`` and ``open_store``.
 
@@ -23,6 +25,7 @@ Everything public is re-exported here (except the ``testing``, ``contrib`` and
 """
 
 import logging as _logging
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._core import Enqueued as Enqueued
 from ._core import Headers as Headers
@@ -60,12 +63,38 @@ from ._runtime import WorkerEvent as WorkerEvent
 from ._runtime import WorkerStatistics as WorkerStatistics
 from ._runtime import asyncio_handler as asyncio_handler
 from ._runtime import open_supervisor as open_supervisor
+from ._runtime import sync_handler as sync_handler
 from ._store import JobHandle as JobHandle
 from ._store import Queue as Queue
 from ._store import Store as Store
 from ._store import Transaction as Transaction
 
+if _TYPE_CHECKING:
+    from ._tasks import Task as Task
+    from ._tasks import TaskOptions as TaskOptions
+    from ._tasks import Tasks as Tasks
+
 __version__ = "0.1.0"
+
+#: The names of the ``tasks`` extra, imported on first use: ``import alkstore_trio`` never
+#: imports msgspec.
+_TASK_NAMES = frozenset({"Task", "TaskOptions", "Tasks"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _TASK_NAMES:
+        try:
+            from . import _tasks
+        except ModuleNotFoundError as exc:
+            if exc.name != "msgspec":
+                raise
+            raise ModuleNotFoundError(
+                f"alkstore_trio.{name} needs the tasks extra: pip install 'alkstore_trio[tasks]'",
+                name="msgspec",
+            ) from exc
+        return getattr(_tasks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # A library leaves logging to the application: without this, an application that never
 # configured logging would get the worker's warnings (and handlers' tracebacks) printed

@@ -4,7 +4,7 @@
 A mistake in the command line is a :class:`QueueSpecError` (usage error, status 2); a
 module that exists but raises while it is imported is a :class:`HandlerImportFailed`
 (status 1: the fix is in that module). ``--periodic MODULE:ATTR`` (Q17) names the
-worker's schedules the same way.
+worker's schedules the same way, and ``--tasks MODULE:ATTR`` (T5) a task registry.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .._core import Periodic  # Q17
 from .._core import _validate as v
 from .._core._periodic import check_schedules  # Q17
 from .._errors import InvalidArgument
+from .._runtime import sync_handler
 from .._util import is_async_callable
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def make_cwd_importable() -> None:
 
 
 def _import(spec: QueueSpec | PeriodicSpec) -> Any:
-    flag = "--periodic" if isinstance(spec, PeriodicSpec) else "--queue"
+    flag = "--queue" if isinstance(spec, QueueSpec) else spec.flag
     try:
         return importlib.import_module(spec.module)
     except ModuleNotFoundError as exc:
@@ -153,13 +154,15 @@ def load_handler(spec: QueueSpec) -> Handler:
                 f"--queue {str(spec)!r}: {path!r} has no attribute {part!r}; {hint}"
             ) from None
         path = f"{path}.{part}" if path != spec.module else f"{path}:{part}"
-    if not is_async_callable(obj):
-        raise QueueSpecError(
-            f"--queue {str(spec)!r}: {path} is {_kind(obj)}, not an async function; a "
-            "handler is 'async def handler(job) -> None'"
-        )
-    handler: Handler = obj
-    return handler
+    if is_async_callable(obj):
+        handler: Handler = obj
+        return handler
+    if callable(obj) and not inspect.isclass(obj):
+        return sync_handler(obj)  # T7: a plain def handler(job) runs in a worker thread
+    raise QueueSpecError(
+        f"--queue {str(spec)!r}: {path} is {_kind(obj)}, not a function; a handler is "
+        "'async def handler(job) -> None' (or a plain 'def handler(job)', run in a thread)"
+    )
 
 
 def _kind(obj: object) -> str:
@@ -197,24 +200,82 @@ def load_handlers(specs: Iterable[QueueSpec]) -> dict[str, Handler]:
 
 @dataclass(frozen=True, slots=True)
 class PeriodicSpec:
-    """One parsed ``--periodic MODULE:ATTR`` value."""
+    """One parsed ``--periodic MODULE:ATTR`` (or ``--tasks MODULE:ATTR``) value."""
 
     module: str
     attr: str
+    flag: str = "--periodic"
 
     def __str__(self) -> str:
         return f"{self.module}:{self.attr}"
 
 
-def parse_periodic_spec(text: str) -> PeriodicSpec:
+def parse_periodic_spec(text: str, flag: str = "--periodic") -> PeriodicSpec:
     """``MODULE:ATTR`` (dotted names allowed on both sides); syntax only."""
     module, sep, attr = text.partition(":")
     if not sep or not _dotted(module) or not _dotted(attr):
-        raise QueueSpecError(
-            f"--periodic {text!r} must be MODULE:ATTR naming a Periodic or a list of them "
-            "(e.g. myapp.schedules:PERIODIC)"
+        what = (
+            "a Periodic or a list of them (e.g. myapp.schedules:PERIODIC)"
+            if flag == "--periodic"
+            else "a Tasks registry (e.g. myapp.tasks:tasks)"
         )
-    return PeriodicSpec(module, attr)
+        raise QueueSpecError(f"{flag} {text!r} must be MODULE:ATTR naming {what}")
+    return PeriodicSpec(module, attr, flag)
+
+
+def _attribute(spec: PeriodicSpec) -> Any:
+    obj = _import(spec)
+    for part in spec.attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise QueueSpecError(
+                f"{spec.flag} {str(spec)!r}: {spec.module!r} has no attribute {spec.attr!r}"
+            ) from None
+    return obj
+
+
+def load_tasks(
+    specs: Iterable[PeriodicSpec], handlers: dict[str, Handler]
+) -> tuple[dict[str, Handler], tuple[Periodic, ...]]:
+    """T5: the handlers of the ``--tasks`` registries added to those of ``--queue``, and
+    the registries' periodic tasks. A queue may be served once: by one ``--queue`` or by
+    one registry.
+
+    Raises:
+        QueueSpecError: No such module or attribute, not a ``Tasks`` registry, or a queue
+            served twice.
+        HandlerImportFailed: Importing a module raised.
+    """
+    specs = list(specs)
+    if not specs:
+        return handlers, ()
+    try:
+        from .._tasks import Tasks
+    except ModuleNotFoundError as exc:
+        raise QueueSpecError(
+            f"--tasks needs the tasks extra ({exc}): pip install 'alkstore_trio[tasks]'"
+        ) from None
+    merged = dict(handlers)
+    periodic: list[Periodic] = []
+    for spec in specs:
+        obj = _attribute(spec)
+        if not isinstance(obj, Tasks):
+            raise QueueSpecError(
+                f"--tasks {str(spec)!r} is {_kind(obj)}, not a Tasks registry (tasks = "
+                "alkstore_trio.Tasks(), with functions declared by @tasks.task)"
+            )
+        if not obj:
+            raise QueueSpecError(f"--tasks {str(spec)!r}: the registry declares no task")
+        for queue, router in obj.items():
+            if queue in merged:
+                raise QueueSpecError(
+                    f"--tasks {str(spec)!r}: queue {queue!r} already has a handler (another "
+                    "--queue or --tasks); serve each queue from one place"
+                )
+            merged[queue] = router
+        periodic.extend(obj.periodic)
+    return merged, tuple(periodic)
 
 
 def load_periodic(specs: Iterable[PeriodicSpec]) -> tuple[Periodic, ...]:
@@ -227,14 +288,7 @@ def load_periodic(specs: Iterable[PeriodicSpec]) -> tuple[Periodic, ...]:
     """
     found: list[Periodic] = []
     for spec in specs:
-        obj = _import(spec)
-        for part in spec.attr.split("."):
-            try:
-                obj = getattr(obj, part)
-            except AttributeError:
-                raise QueueSpecError(
-                    f"--periodic {str(spec)!r}: {spec.module!r} has no attribute {spec.attr!r}"
-                ) from None
+        obj = _attribute(spec)
         found.extend([obj] if isinstance(obj, Periodic) else _schedules(spec, obj))
     try:
         return check_schedules(found)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 from .. import postgres
 from .._core import _validate as v
+from .._core._periodic import check_schedules
 from .._errors import AlkstoreError, EngineError, InvalidArgument, SchemaError
 from .._open import open_store
 from .._runtime import SupervisorEscalated
@@ -32,6 +33,7 @@ from ._handlers import (  # Q17
     QueueSpecError,
     load_handlers,
     load_periodic,
+    load_tasks,
     make_cwd_importable,
     parse_periodic_spec,
     parse_queue_spec,
@@ -58,6 +60,14 @@ def _queue_spec(text: str) -> QueueSpec:
     """An argparse ``type`` for ``--queue``: syntax only; the handler is loaded later."""
     try:
         return parse_queue_spec(text)
+    except QueueSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tasks_spec(text: str) -> PeriodicSpec:
+    """An argparse ``type`` for ``--tasks`` (T5): syntax only; imported later."""
+    try:
+        return parse_periodic_spec(text, "--tasks")
     except QueueSpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -102,7 +112,8 @@ def add_parser(
         description=(
             "Run a worker on the queues named by --queue, each with its handler, an "
             "'async def handler(job)' imported from MODULE (the current directory is "
-            "searched first, as with python -m). It claims jobs, runs their handlers, and "
+            "searched first, as with python -m), and on the queues of the task registries "
+            "named by --tasks. It claims jobs, runs their handlers, and "
             "acks, retries or dead-letters them, until a signal stops it. The first "
             "SIGINT or SIGTERM stops it gracefully: no new claims, running handlers get "
             "--shutdown-grace-s to finish, the rest are cancelled and their jobs "
@@ -126,6 +137,7 @@ def add_parser(
                 "alkstore-trio worker --queue emails=tasks:send --queue reports=tasks:report "
                 "--concurrency 22 --queue-concurrency reports=2 --queue-job-timeout-s reports=600",
                 "alkstore-trio worker --periodic tasks:SCHEDULES  # a scheduler-only worker",
+                "alkstore-trio worker --tasks myapp.tasks:tasks  # a registry of typed tasks",
             ],
         ),
         formatter_class=HelpFormatter,
@@ -145,6 +157,15 @@ def add_parser(
         "--poll-interval-s (behind a transaction-pooling proxy such as PgBouncer in "
         "transaction mode, where LISTEN does not work)",
     )
+    _add_handler_options(worker)
+    _add_run_options(worker)
+    _add_output_options(worker)
+    worker.set_defaults(run=run, setup=setup, usage_error=worker.error)
+
+
+def _add_handler_options(worker: argparse.ArgumentParser) -> None:
+    """What the worker serves: ``--queue`` handlers, ``--tasks`` registries (T5) and
+    ``--periodic`` schedules (Q17)."""
     worker.add_argument(
         "--queue",
         metavar="NAME=MODULE:FUNCTION",
@@ -155,7 +176,21 @@ def add_parser(
         help=(
             "serve queue NAME with the async handler FUNCTION of MODULE (dotted names "
             "allowed on both sides: myapp.tasks:Mailer.send); repeat for more queues. "
-            "Required unless --periodic is given (then the worker only fires schedules)"
+            "Required unless --tasks or --periodic is given (with --periodic alone the "
+            "worker only fires schedules)"
+        ),
+    )
+    worker.add_argument(  # T5
+        "--tasks",
+        metavar="MODULE:ATTR",
+        dest="tasks_specs",
+        action="append",
+        type=_tasks_spec,
+        default=[],
+        help=(
+            "serve the task registry at ATTR of MODULE (an alkstore_trio.Tasks): every "
+            "queue its tasks use, each job routed by its task name, and its periodic "
+            "tasks; repeatable, and combinable with --queue for other queues"
         ),
     )
     worker.add_argument(  # Q17
@@ -170,9 +205,6 @@ def add_parser(
             "each fire time once across every worker that declares it; repeatable"
         ),
     )
-    _add_run_options(worker)
-    _add_output_options(worker)
-    worker.set_defaults(run=run, setup=setup, usage_error=worker.error)
 
 
 def _add_run_options(worker: argparse.ArgumentParser) -> None:
@@ -337,12 +369,38 @@ def setup(args: argparse.Namespace) -> None:
     """Before ``trio.run``: import the handlers (a bad ``--queue`` is a usage error with
     nothing opened yet) and send log records to stderr at ``--log-level``."""
     usage_error: Callable[[str], NoReturn] = args.usage_error
-    if not args.queues and not args.periodic_specs:
+    if not args.queues and not args.periodic_specs and not args.tasks_specs:
         usage_error(
-            f"name at least one queue: --queue {QUEUE_SPEC_SHAPE} (or give only --periodic "
-            "MODULE:ATTR for a worker that fires schedules and claims nothing)"
+            f"name at least one queue: --queue {QUEUE_SPEC_SHAPE}, or --tasks MODULE:ATTR "
+            "(or give only --periodic MODULE:ATTR for a worker that fires schedules and "
+            "claims nothing)"
         )
-    served = {spec.queue for spec in args.queues}
+    if not args.tasks_specs:  # the served queues are known: check before any import
+        _check_per_queue(args, {spec.queue for spec in args.queues}, usage_error)
+    make_cwd_importable()
+    try:
+        handlers = load_handlers(args.queues) if args.queues else {}  # R14
+        args.handlers, task_schedules = load_tasks(args.tasks_specs, handlers)  # T5
+        args.periodic = load_periodic(args.periodic_specs)  # Q17
+        args.periodic = check_schedules([*args.periodic, *task_schedules])
+    except QueueSpecError as exc:
+        usage_error(str(exc))
+    except InvalidArgument as exc:
+        usage_error(f"--periodic and --tasks: {exc}")
+    if args.tasks_specs:  # T5: the registries' queues are known once they are imported
+        _check_per_queue(args, set(args.handlers), usage_error)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _check_per_queue(
+    args: argparse.Namespace, served: set[str], usage_error: Callable[[str], NoReturn]
+) -> None:
+    """R12, R13: ``--queue-concurrency`` and ``--queue-job-timeout-s`` name served queues,
+    each once, with caps within ``--concurrency``."""
     args.queue_concurrency = _per_queue_options(
         "--queue-concurrency", args.queue_concurrency_specs, served, usage_error
     )
@@ -354,17 +412,6 @@ def setup(args: argparse.Namespace) -> None:
             )
     args.queue_job_timeout_s = _per_queue_options(
         "--queue-job-timeout-s", args.queue_job_timeout_specs, served, usage_error
-    )
-    make_cwd_importable()
-    try:
-        args.handlers = load_handlers(args.queues) if args.queues else {}  # R14
-        args.periodic = load_periodic(args.periodic_specs)  # Q17
-    except QueueSpecError as exc:
-        usage_error(str(exc))
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
 

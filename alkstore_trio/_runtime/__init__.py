@@ -15,6 +15,7 @@ from ._supervisor import Supervisor as Supervisor
 from ._supervisor import SupervisorEscalated as SupervisorEscalated
 from ._supervisor import SupervisorStatistics as SupervisorStatistics
 from ._supervisor import open_supervisor as open_supervisor
+from ._threads import sync_handler as sync_handler
 from ._worker import EVENT_KINDS as EVENT_KINDS
 from ._worker import Handler as Handler
 from ._worker import Worker as Worker

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core import _validate as v
+from .._core._periodic import check_schedules
 from .._errors import InvalidArgument
 from .._store import Queue, Store
 from .._util import is_async_callable
@@ -25,6 +26,16 @@ def check_count(param: str, value: object, *, minimum: int) -> int:
 
 def positive(param: str, value: object) -> float:
     return v.check_duration(param, value, min_s=0, min_inclusive=False)
+
+
+def with_handler_schedules(handlers: object, periodic: object) -> object:
+    """T5: ``handlers`` that carry schedules of their own (a ``Tasks`` registry's periodic
+    tasks, as its ``periodic`` tuple) add them to ``Worker(periodic=...)``, which is
+    checked as a whole afterwards (a name given twice is ``InvalidArgument``)."""
+    extra = getattr(handlers, "periodic", None)
+    if not isinstance(extra, tuple) or not extra:
+        return periodic
+    return [*check_schedules(periodic), *extra]
 
 
 def check_handlers(
@@ -58,7 +69,8 @@ def check_handlers(
             raise InvalidArgument(
                 f"the handler of queue {queue.name!r} must be an async function (async def "
                 f"handler(job)), a functools.partial of one or an object with an async "
-                f"__call__; got {type(handler).__name__}"
+                f"__call__ (a plain def handler(job): wrap it in sync_handler to run it in "
+                f"a thread); got {type(handler).__name__}"
             )
         queues.append(queue)
         by_name[queue.name] = handler

@@ -66,6 +66,7 @@ from ._checks import (
     check_handlers,
     check_queue_timeouts,
     positive,
+    with_handler_schedules,
 )
 from ._dispatcher import Dispatcher
 from ._events import (
@@ -122,8 +123,10 @@ class Worker:
     Args:
         store: The store to work on (any engine).
         handlers: Maps queue names or :class:`~alkstore_trio.Queue` handles of ``store``
-            to ``async def handler(job) -> None``. A handle's options apply to the
-            worker's sweeps; a name gets ``store.queue(name)``. Empty only with
+            to ``async def handler(job) -> None``; or a :class:`~alkstore_trio.Tasks`
+            registry (its queues, each routed by task name, and its periodic tasks).
+            A handle's options apply to the worker's sweeps; a name gets
+            ``store.queue(name)``. Empty only with
             ``periodic`` schedules: a scheduler-only worker, which claims nothing (R14).
         concurrency: The most handlers running at once (>= 1); or (R12.5) a mapping of
             every served queue to its own pool size, the total being their sum.
@@ -179,7 +182,8 @@ class Worker:
         prefetch: int = 0,
         periodic: Iterable[Periodic] = (),
     ) -> None:
-        self._store, self._periodic = store, PeriodicActor.of(store, periodic)
+        self._store = store
+        self._periodic = PeriodicActor.of(store, with_handler_schedules(handlers, periodic))
         self._queues, self._handlers = check_handlers(
             store, handlers, periodic=bool(self._periodic.schedules)
         )

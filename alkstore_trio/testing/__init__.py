@@ -10,6 +10,9 @@
   run job by job (leases, claim tokens, nothing lost).
 - :func:`check_engine_against_model` / :func:`engine_vs_model_test`: model-check an
   engine against the :class:`ReferenceModel` (needs Hypothesis; imported on first use).
+- :func:`perform`, :func:`drain`, :func:`enqueued_jobs`, :func:`assert_enqueued` and
+  :class:`TaskOutcome`: test helpers for typed tasks (need the ``tasks`` extra; imported
+  on first use).
 - :class:`PostgresHarness`: the PostgreSQL engine on throwaway schemas with a frozen
   database clock (needs the ``postgres`` extra; imported on first use).
 """
@@ -35,10 +38,17 @@ from ._model import ReferenceModel as ReferenceModel
 # The state machine needs Hypothesis and PostgresHarness needs psycopg, both optional
 # dependencies: import them on first use.
 _STATEMACHINE_NAMES = frozenset({"check_engine_against_model", "engine_vs_model_test"})
+#: The task helpers need msgspec (the ``tasks`` extra).
+_TASK_NAMES = frozenset({"TaskOutcome", "assert_enqueued", "drain", "enqueued_jobs", "perform"})
 if _TYPE_CHECKING:
     from ._postgres import PostgresHarness as PostgresHarness
     from ._statemachine import check_engine_against_model as check_engine_against_model
     from ._statemachine import engine_vs_model_test as engine_vs_model_test
+    from ._tasks import TaskOutcome as TaskOutcome
+    from ._tasks import assert_enqueued as assert_enqueued
+    from ._tasks import drain as drain
+    from ._tasks import enqueued_jobs as enqueued_jobs
+    from ._tasks import perform as perform
 
 
 def __getattr__(name: str) -> object:
@@ -46,6 +56,10 @@ def __getattr__(name: str) -> object:
         from . import _statemachine
 
         return getattr(_statemachine, name)
+    if name in _TASK_NAMES:
+        from . import _tasks
+
+        return getattr(_tasks, name)
     if name == "PostgresHarness":
         from ._postgres import PostgresHarness
 

@@ -15,6 +15,7 @@ import secrets
 import signal
 import sys
 import textwrap
+import threading
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -246,15 +247,28 @@ def test_cli_worker_loads_async_functions_methods_and_callables(handlers_module)
     }
 
 
+async def test_t7_cli_worker_runs_a_plain_function_handler_in_a_thread(handlers_module):
+    (spec,) = [parse_queue_spec(f"emails={handlers_module}:sync_function")]
+    handler = load_handlers([spec])["emails"]
+    module = sys.modules[handlers_module]
+    assert handler is not module.sync_function
+    assert handler.__name__ == "sync_function"
+    seen = []
+    module.sync_function = lambda job: seen.append(threading.get_ident())
+    rebound = load_handlers([spec])["emails"]
+    await rebound(None)
+    assert seen
+    assert seen[0] != threading.get_ident()
+
+
 @pytest.mark.parametrize(
     ("attr", "message"),
     [
         ("quik", "has no attribute 'quik'; did you mean 'quick'?"),
         ("Mailer.sned", "'{m}:Mailer' has no attribute 'sned'; did you mean 'send'?"),
         ("zzz", "has no attribute 'zzz'; check the name"),
-        ("sync_function", "{m}:sync_function is a plain (sync) function, not an async function"),
-        ("Mailer", "{m}:Mailer is a class (Mailer), not an async function"),
-        ("not_a_function", "{m}:not_a_function is an object of type int, not an async function"),
+        ("Mailer", "{m}:Mailer is a class (Mailer), not a function"),
+        ("not_a_function", "{m}:not_a_function is an object of type int, not a function"),
     ],
 )
 def test_cli_worker_handler_errors_name_the_spec_and_the_fix(handlers_module, attr, message):
@@ -822,13 +836,11 @@ async def test_r7_cli_worker_third_signal_exits_at_once_leaving_the_lease_to_lap
 
 async def test_cli_worker_bad_handler_spec_exits_2_with_the_message(start_worker, tmp_path):
     module = write_module(tmp_path)
-    worker = await start_worker(
-        "--dsn=memory://", f"--queue=emails={module}:sync_function", cwd=tmp_path
-    )
+    worker = await start_worker("--dsn=memory://", f"--queue=emails={module}:Mailer", cwd=tmp_path)
     assert await worker.wait() == 2
     assert (
-        f"alkstore-trio worker: error: --queue 'emails={module}:sync_function': "
-        f"{module}:sync_function is a plain (sync) function, not an async function"
+        f"alkstore-trio worker: error: --queue 'emails={module}:Mailer': "
+        f"{module}:Mailer is a class (Mailer), not a function"
     ) in worker.stderr
 
 
