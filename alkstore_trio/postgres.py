@@ -1,5 +1,6 @@
 """PostgreSQL administration: migrate a schema, print its migration script, show a DSN
-without its password.
+without its password; and :class:`Producer`, which enqueues jobs on your own psycopg
+connection, in your own transaction (Q20).
 
 Example::
 
@@ -39,10 +40,12 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
     from ._engines._postgres._driver import Connection
+    from ._engines._postgres._producer import Producer as Producer
 
 __all__ = [
     "UPGRADE_NOTES",
     "Migration",
+    "Producer",
     "check_dsn",
     "check_schema_name",
     "hide_password",
@@ -65,6 +68,12 @@ UPGRADE_NOTES: Final[Mapping[int, str]] = MappingProxyType(
             "fail to claim until restarted with this release; stop them before migrating "
             "(docs/how-to/migrate.md, 'Version 3: stop the old workers first')"
         ),
+        9: (
+            "version 9 adds claim tokens: workers of the version-8 release still running "
+            "finish the jobs they hold, but every claim they make now fails with 'violates "
+            'check constraint "jobs_claim_needs_v9_workers"\'; replace them with this '
+            "release promptly (docs/how-to/migrate.md, 'Version 9: replace the old workers')"
+        ),
     }
 )
 
@@ -84,6 +93,17 @@ class Migration:
     def changed(self) -> bool:
         """Whether a migration ran (the schema was not at this library's version)."""
         return self.before != self.after
+
+
+def __getattr__(name: str) -> object:
+    """:class:`Producer`, imported when first named: it needs psycopg, and this module
+    imports psycopg only when something that needs it is used."""
+    if name == "Producer":
+        _require()
+        from ._engines._postgres._producer import Producer
+
+        return Producer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _require() -> None:

@@ -3,8 +3,8 @@
 ``examples/systemd/alkstore-worker.service`` relies on one behaviour of the worker: on a
 SIGTERM it stops claiming, lets the running handlers finish for up to
 ``--shutdown-grace-s``, cancels the rest and releases their jobs (back to pending at
-once, ``last_error`` ``"worker stopped"``), and exits with status 0, well before
-``TimeoutStopSec`` runs out. This script shows it twice:
+once, ``last_error`` ``"worker stopped"``, the attempt given back), and exits with
+status 0, well before ``TimeoutStopSec`` runs out. This script shows it twice:
 
 1. **In your own trio program** (in-memory store): a task receives SIGTERM with
    ``trio.open_signal_receiver`` and calls ``worker.stop()``; the script sends itself
@@ -185,14 +185,15 @@ async def collect_output(process: trio.Process, output: list[str]) -> None:
 
 async def check_drained(queue: Queue, quick: list[int], stuck: list[int]) -> None:
     """The jobs that finished within the grace are acked; the others are pending again,
-    ready now, with ``last_error`` ``"worker stopped"``; nothing is left processing."""
+    ready now, with ``last_error`` ``"worker stopped"`` and their attempt given back (0
+    attempts: a stop spends none, Q19.8); nothing is left processing."""
     assert await queue.list_jobs("processing") == []
     for job_id in quick:
         assert await queue.get_job(job_id) is None  # acked: the row is gone
     for job_id in stuck:
         job = await queue.get_job(job_id)
         assert job is not None
-        assert (job.state, job.attempts, job.last_error) == ("pending", 1, "worker stopped")
+        assert (job.state, job.attempts, job.last_error) == ("pending", 0, "worker stopped")
     print(f"  jobs {quick} acked; jobs {stuck} pending again: 'worker stopped'")
 
 

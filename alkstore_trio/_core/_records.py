@@ -128,7 +128,9 @@ class Job:
     """One job row as an engine shows it (Q8): a frozen snapshot, never updated in place.
 
     Timestamps are timezone-aware UTC datetimes. ``attempts`` counts claims so far (a
-    claimed job's snapshot shows the post-claim count, its *claim token*). The payload and
+    claimed job's snapshot shows the post-claim count: "attempt 2 of 3"), and
+    ``claim_token`` is the claim's own token (Q19.8: fresh for every claim, ``None``
+    while pending; dead rows keep their last one, D1). The payload and
     the headers are left out of ``repr`` so that logging a job never leaks them.
     ``headers`` are the enqueuer's metadata (D30), kept for the job's life like the
     payload; empty unless the enqueue gave some. ``unique_key`` is the key the enqueue
@@ -159,6 +161,9 @@ class Job:
     unique_key: str | None = field(default=None, repr=False)
     #: Q18.8: the job's concurrency key (``None`` for none), left out of ``repr`` too.
     concurrency_key: str | None = field(default=None, repr=False)
+    #: Q19.8: the claim token every operation on the claim is checked against (V), out
+    #: of ``repr``: whoever knows it can ack the job.
+    claim_token: int | None = field(default=None, repr=False)
     #: Q19.2: the stamp ``keep_completed_s``: seconds the job stays readable after its
     #: ack (``None``: deleted at its ack).
     keep_completed_s: float | None = None

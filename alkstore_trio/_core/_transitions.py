@@ -107,10 +107,11 @@ def is_reclaimable(job: Job, now: datetime) -> bool:
 
 
 def is_valid_claim(job: Job, token: int, now: datetime) -> bool:
-    """The validity predicate V: processing, the claim token matches, deadline not passed."""
+    """The validity predicate V: processing, the claim token matches (Q19.8: the claim's
+    own token, not its attempt count), deadline not passed."""
     return (
         job.state == "processing"
-        and job.attempts == token
+        and job.claim_token == token
         and job.claim_expires_at is not None
         and now <= job.claim_expires_at
     )
@@ -150,12 +151,14 @@ def claim_order_key(job: Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.run_at, job.id)
 
 
-def claimed(job: Job, worker_id: str, now: datetime) -> Job:
-    """Q3 step 3: the row after a claim (a reclaim consumes an attempt too)."""
+def claimed(job: Job, worker_id: str, now: datetime, token: int) -> Job:
+    """Q3 step 3: the row after a claim (a reclaim consumes an attempt too), holding the
+    fresh claim ``token`` (Q19.8: the engine draws it)."""
     return replace(
         job,
         state="processing",
         attempts=job.attempts + 1,
+        claim_token=token,
         claimed_by=worker_id,
         claimed_at=now,
         claim_expires_at=now + timedelta(seconds=job.visibility_timeout_s),
@@ -192,6 +195,23 @@ def retried(job: Job, now: datetime, error: str | None, delay_s: float | None) -
         claimed_by=None,
         claimed_at=None,
         claim_expires_at=None,
+        claim_token=None,
+    )
+
+
+def released(job: Job, now: datetime, error: str | None) -> Job:
+    """Q19.8 release: pending again, ready now, the attempt given back (``attempts - 1``),
+    ``last_error = error``, the claim fields and token cleared."""
+    return replace(
+        job,
+        state="pending",
+        attempts=job.attempts - 1,
+        run_at=now,
+        last_error=error,
+        claimed_by=None,
+        claimed_at=None,
+        claim_expires_at=None,
+        claim_token=None,
     )
 
 
@@ -207,7 +227,8 @@ def requeued(job: Job, now: datetime) -> Job:
     becomes ``now`` and an ``expires_at`` keeps its distance from it (the row gets its
     whole time to live again, else a row that died of expiry would expire at once).
     ``last_error`` is kept (why it died, until a new attempt overwrites it); the claim
-    fields and ``died_at`` are cleared.
+    fields, the claim token (Q19.8: no old holder's token is valid again) and
+    ``died_at`` are cleared.
     """
     expires_at = None if job.expires_at is None else now + (job.expires_at - job.enqueued_at)
     return replace(
@@ -220,6 +241,7 @@ def requeued(job: Job, now: datetime) -> Job:
         claimed_by=None,
         claimed_at=None,
         claim_expires_at=None,
+        claim_token=None,
         died_at=None,
     )
 

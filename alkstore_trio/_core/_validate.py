@@ -244,6 +244,22 @@ def result_bytes(value: object, max_bytes: int) -> bytes | None:
     return result
 
 
+def check_payload_list(values: object) -> list[object]:
+    """Q2: ``enqueue_many``'s ``payloads``: an iterable of payloads (each checked later by
+    :func:`check_payload`), not a single payload. Returns them as a list."""
+    if isinstance(values, bytes | bytearray | memoryview | str):
+        raise InvalidArgument(
+            "payloads must be an iterable of payloads (e.g. a list of bytes), not a "
+            f"single {type(values).__name__}"
+        )
+    try:
+        return list(values)  # type: ignore[call-overload,no-any-return]
+    except TypeError:
+        raise InvalidArgument(
+            f"payloads must be an iterable of bytes; got a {type(values).__name__}"
+        ) from None
+
+
 def check_text(param: str, value: object, *, max_chars: int) -> str:
     """A non-empty str every engine can store: no NUL, no lone surrogate."""
     if not isinstance(value, str) or not value:

@@ -102,6 +102,9 @@ class ForwardingEngine:
     async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
         return await self.inner.retry(queue, items)
 
+    async def release(self, queue: str, claims: Sequence[Claim], error: str | None) -> list[int]:
+        return await self.inner.release(queue, claims, error)
+
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
         return await self.inner.fail(queue, items)
 

@@ -45,8 +45,8 @@ SqlParams: TypeAlias = Sequence[object] | Mapping[str, object]
 
 
 class Claim(NamedTuple):
-    """One claim to act on: the job's id and its claim token (the job's ``attempts``
-    right after the claim, Q3)."""
+    """One claim to act on: the job's id and its claim token (``Job.claim_token`` of the
+    claimed job, Q19.8; not its attempt count)."""
 
     job_id: int
     token: int
@@ -100,7 +100,7 @@ class WorkPath(Protocol):
 
     The claim operations take claims of one queue. Each claim is checked against Q4's
     validity predicate V (row live in this queue, processing, token equal to its
-    attempts, now <= deadline) inside the same atomic step as its effect, with one clock
+    claim token, now <= deadline) inside the same atomic step as its effect, with one clock
     read for the whole batch (Q13).
     """
 
@@ -154,6 +154,12 @@ class WorkPath(Protocol):
         """Q4/Q13 (D20): retry each item whose claim is valid; one bool per item, in
         order. A job listed twice is retried at most once, by its first item with a
         valid claim; its later items are refused."""
+        ...
+
+    async def release(self, queue: str, claims: Sequence[Claim], error: str | None) -> list[int]:
+        """Q19.8: give each distinct valid claim's job back: pending, ready now,
+        ``attempts - 1`` (the attempt given back), ``last_error = error``, claim fields
+        and token cleared; wake the queue when any was released. The ids released."""
         ...
 
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:

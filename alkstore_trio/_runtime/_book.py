@@ -77,14 +77,24 @@ _RENEWABLE: Final = _SCOPED | {ClaimState.FINISHED}
 
 class Outcome(NamedTuple):
     """What is to be done with a claim's job: ``kind`` is ``"ack"``, ``"retry"``,
-    ``"fail"`` or ``"release"`` (a retry with delay 0 because the worker stopped or the
-    lease was uncertain). An ack carries the handler's ``result`` (Q19.1) for a kept job
-    (``None`` for none, and always for an unkept job: the job actor discarded it)."""
+    ``"fail"`` or ``"release"``: given back because the worker stopped (Q19.8's release:
+    the attempt is returned) or the lease was uncertain (a retry with delay 0: a handler
+    that used a whole lease spends its attempt). An ack carries the handler's ``result``
+    (Q19.1) for a kept job (``None`` for none, and always for an unkept job: the job
+    actor discarded it)."""
 
     kind: str
     error: str | None = None
     delay_s: float | None = None
     result: bytes | None = None
+
+
+def statement_kind(outcome: Outcome) -> str:
+    """The statement that settles ``outcome``: its kind, but a release for an uncertain
+    lease is sent as a retry with delay 0 (R7, Q19.8)."""
+    if outcome.kind == "release" and outcome.error != WORKER_STOPPED:
+        return "retry"
+    return outcome.kind
 
 
 #: The outcome of a claim whose handler returned (shared: the hot path allocates none).
@@ -443,14 +453,13 @@ class ClaimBook:
 
     def settle_groups(self, claims: Iterable[Claim]) -> dict[tuple[str, str], list[Claim]]:
         """The statements to send for these claims' outcomes: one per queue and kind
-        (``"ack"``, ``"retry"`` — releases included — or ``"fail"``)."""
+        (``"ack"``, ``"retry"``, ``"release"`` — a stopped worker's, R7 — or ``"fail"``;
+        a release for an uncertain lease is a retry)."""
         groups: dict[tuple[str, str], list[Claim]] = {}
         for claim in claims:
             if claim.state is ClaimState.SETTLING:
                 assert claim.outcome is not None
-                kind = claim.outcome.kind
-                kind = "retry" if kind == "release" else kind
-                groups.setdefault((claim.queue, kind), []).append(claim)
+                groups.setdefault((claim.queue, statement_kind(claim.outcome)), []).append(claim)
         return groups
 
     def settled(self, claim: Claim, done: bool) -> str:
@@ -468,7 +477,8 @@ class ClaimBook:
         if outcome.kind == "ack":
             self.counts["acked"] += 1
             return "ack"
-        if outcome.kind == "fail" or job.attempts >= job.max_attempts:
+        given_back = statement_kind(outcome) == "release"  # never dead-letters (Q19.8)
+        if outcome.kind == "fail" or (not given_back and job.attempts >= job.max_attempts):
             self.counts["dead_lettered"] += 1
             return "dead"
         if outcome.kind == "release":

@@ -320,9 +320,9 @@ class Dispatcher:
         await self._apply_groups(claims)
 
     async def _apply_groups(self, claims: Iterable[Claim]) -> None:
-        """Send the due outcome statements of these claims, one per queue and kind (a
-        release is a retry). On an engine error they stay due, to be sent again on the
-        next tick (R8)."""
+        """Send the due outcome statements of these claims, one per queue and kind (R7: a
+        stopped worker's releases give the attempt back, Q19.8). On an engine error they
+        stay due, to be sent again on the next tick (R8)."""
         groups = self._book.settle_groups(claims)
         if not groups:
             await trio.lowlevel.checkpoint()
@@ -332,6 +332,10 @@ class Dispatcher:
             try:
                 if kind == "ack":
                     results = await self._ack_and_claim(queue, group)
+                elif kind == "release":
+                    results = await queue.release_handles(
+                        [c.handle for c in group], outcomes[0].error
+                    )
                 elif kind == "fail":
                     results = await queue.fail_handles(
                         [(c.handle, o.error) for c, o in zip(group, outcomes, strict=True)]

@@ -41,9 +41,11 @@ class WorkerStatistics:
         retried: Jobs given back to run again (``Retry``, an exception, a timeout).
         dead_lettered: Jobs moved to dead by this worker (``Fail``, or a retry on the
             job's last allowed attempt).
-        released: Jobs handed back (``"worker stopped"``) because the worker stopped while
-            their handler ran; a release on the job's last attempt dead-letters the job
-            and counts in ``dead_lettered`` instead.
+        released: Jobs handed back because the worker stopped while their handler ran or
+            before it started (``"worker stopped"``: Q19.8's release, the attempt given
+            back, never a dead-letter), or because a lease was uncertain (a retry with
+            delay 0, which on the job's last attempt dead-letters it and counts in
+            ``dead_lettered`` instead).
         lease_lost: Claims found lost (a refused heartbeat, ack, retry or fail): the
             handler was cancelled or its outcome discarded.
         in_flight: Claims held now (handler running, or its outcome not yet applied).
@@ -157,7 +159,7 @@ class WorkerEvent:
         worker_id: The worker's id.
         at: ``trio.current_time()`` when it happened (for durations).
         wall_time: ``time.time()`` when it happened (to line events up across processes).
-        job: The job as claimed (its ``attempts`` is this claim's token), or ``None`` for
+        job: The job as claimed (its ``claim_token`` names this claim), or ``None`` for
             worker-level events. It includes the payload: events stay in the process.
         queue: The queue concerned, if any.
         message: The same human-readable line as the log record (without the worker and
@@ -184,8 +186,13 @@ class WorkerEvent:
 
     @property
     def attempt(self) -> int | None:
-        """The claim's attempt number (its token), or ``None``."""
+        """The claim's attempt number (it repeats after a release), or ``None``."""
         return None if self.job is None else self.job.attempts
+
+    @property
+    def claim_token(self) -> int | None:
+        """The claim's token (Q19.8: unique per claim of a job), or ``None``."""
+        return None if self.job is None else self.job.claim_token
 
 
 # --- messages to the dispatcher ------------------------------------------------------

@@ -316,7 +316,8 @@ class Worker:
 
         The worker stops claiming, lets running handlers finish for up to
         ``shutdown_grace_s``, cancels the rest and releases their jobs
-        (``retry(error="worker stopped", delay_s=0)``), closes its listener and returns
+        (``release(error="worker stopped")``: ready now, the attempt given back, Q19.8),
+        closes its listener and returns
         from :meth:`run`.
 
         Args:

@@ -1,21 +1,23 @@
-"""A claim on one job, :class:`JobHandle` (Q4): heartbeat, ack, retry and fail, each a
-batch of one on the engine (Q13), fenced by the claim token."""
+"""A claim on one job, :class:`JobHandle` (Q4): heartbeat, ack, retry, release and fail,
+each a batch of one on the engine (Q13), fenced by the claim token (Q19.8)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar, final
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from .._core import Job, backoff_delay_s
 from .._core import _validate as v
 from .._engines._protocol import Claim, FailItem, RetryItem
-from .._errors import HandleConsumed
+from .._errors import EngineError, HandleConsumed, InvalidArgument
 from ._results import ack_items
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Awaitable, Sequence
+    from collections.abc import Awaitable, Iterable, Iterator, Sequence
 
     from ._queue import Queue
+    from ._store import Store
 
 _T = TypeVar("_T")
 
@@ -26,7 +28,49 @@ def retry_item(job: Job, error: str | None, delay_s: float | None, rng: random.R
     job's last allowed attempt (at budget the job goes dead, and no delay is needed)."""
     if delay_s is None and job.attempts < job.max_attempts:
         delay_s = float(backoff_delay_s(job.backoff_base_s, job.attempts, rng))
-    return RetryItem(job.id, job.attempts, error, delay_s)
+    return RetryItem(job.id, claim_token(job), error, delay_s)
+
+
+def claim_token(job: Job) -> int:
+    """Q19.8: the claim token of a claimed job (an engine that claims without one breaks
+    the engine seam: every operation on the claim would be refused)."""
+    token = job.claim_token
+    if token is None:
+        raise EngineError(f"the engine handed out job {job.id} without a claim token (Q19.8)")
+    return token
+
+
+def checked_items(
+    store: Store, items: Iterable[Any], fields: tuple[str, ...]
+) -> list[tuple[Any, ...]]:
+    """The items as a list, once each is known to be a tuple of ``fields`` (the store
+    must be open)."""
+    store._check_open()
+    shape = f"({', '.join(fields)}) tuples"
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise InvalidArgument(f"items must be an iterable of {shape}; got a {type(items).__name__}")
+    checked = list(items)
+    for index, item in enumerate(checked):
+        if not isinstance(item, tuple) or len(item) != len(fields):
+            shown = (
+                f"a tuple of {len(item)}" if isinstance(item, tuple) else f"a {type(item).__name__}"
+            )
+            raise InvalidArgument(f"items must hold {shape}; item {index} is {shown}")
+        if not isinstance(item[0], JobHandle):
+            raise InvalidArgument(
+                f"the first field of each item must be a job handle; item {index} "
+                f"holds a {type(item[0]).__name__}"
+            )
+    return checked
+
+
+@contextmanager
+def naming_item(index: int, handle: JobHandle) -> Iterator[None]:
+    """Prefix an InvalidArgument raised for one item with its position and handle."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"item {index} ({handle!r}): {exc}") from None
 
 
 async def _consume_all(handles: Sequence[JobHandle], operation: Awaitable[_T]) -> _T:
@@ -47,20 +91,23 @@ async def _consume_all(handles: Sequence[JobHandle], operation: Awaitable[_T]) -
 class JobHandle:
     """A claim on one job, made by :meth:`Queue.claim_batch` (Q4).
 
-    Every operation is fenced by the claim token (the job's ``attempts`` at claim time)
-    and the deadline: once the claim lapsed, or the job was reclaimed, cancelled or
-    finished, operations return ``False`` and change nothing. ``ack``, ``retry`` and
-    ``fail`` are one-shot; ``heartbeat`` is repeatable.
+    Every operation is fenced by the claim token (``job.claim_token``, fresh for every
+    claim: Q19.8) and the deadline: once the claim lapsed, or the job was reclaimed,
+    cancelled, redriven or finished, operations return ``False`` and change nothing.
+    ``ack``, ``retry``, ``release`` and ``fail`` are one-shot; ``heartbeat`` is
+    repeatable.
     """
 
     def __init__(self, queue: Queue, job: Job) -> None:
         self._queue = queue
         self._job = job
+        self._claim = Claim(job.id, claim_token(job))
         self._consumed = False
 
     @property
     def job(self) -> Job:
-        """The job as it was right after the claim (``attempts`` is the claim token)."""
+        """The job as it was right after the claim (``claim_token`` is the claim's token,
+        ``attempts`` counts this claim)."""
         return self._job
 
     @property
@@ -77,7 +124,7 @@ class JobHandle:
         self._queue._store._check_open()
         if self._consumed:
             raise HandleConsumed(
-                f"job handle {self._job.id} was already used for ack, retry or fail"
+                f"job handle {self._job.id} was already used for ack, retry, release or fail"
             )
 
     async def heartbeat(self, extend_s: float | None = None) -> bool:
@@ -92,9 +139,8 @@ class JobHandle:
         """
         self._check_usable()
         extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
-        job = self._job
-        claims = [Claim(job.id, job.attempts)]
-        return bool(await self._queue._engine.heartbeat(job.queue, claims, extend))
+        claims = [self._claim]
+        return bool(await self._queue._engine.heartbeat(self._job.queue, claims, extend))
 
     async def ack(self, result: bytes | bytearray | memoryview | None = None) -> bool:
         """Finish the job: delete its row, or (Q19.2) keep it as ``"completed"`` when its
@@ -112,11 +158,11 @@ class JobHandle:
                 the store's ``max_result_bytes`` (nothing was done).
         """
         self._check_usable()
-        job = self._job
         checked = v.result_bytes(result, self._queue._store.max_result_bytes)
-        claims, items = ack_items([job], [checked])
+        claims, items = ack_items([self], [checked])
         engine = self._queue._engine
-        done = engine.ack(job.queue, claims) if items is None else engine.complete(job.queue, items)
+        queue = self._job.queue
+        done = engine.ack(queue, claims) if items is None else engine.complete(queue, items)
         return bool(await _consume_all([self], done))
 
     async def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
@@ -138,6 +184,23 @@ class JobHandle:
         (applied,) = await _consume_all([self], self._queue._engine.retry(job.queue, [item]))
         return applied
 
+    async def release(self, error: str | None = None) -> bool:
+        """Give the job back unfinished (Q19.8): pending again, ready now, with this
+        claim's attempt given back (``attempts - 1``) and ``last_error = error``; the
+        queue is woken. For work that was not done through no fault of the job's (the
+        worker stops); a crash still consumes the attempt. One-shot.
+
+        Returns:
+            ``True`` if released; ``False`` if the claim was no longer valid.
+        """
+        self._check_usable()
+        checked_error = v.check_error_text(error)
+        engine = self._queue._engine
+        released = _consume_all(
+            [self], engine.release(self._job.queue, [self._claim], checked_error)
+        )
+        return bool(await released)
+
     async def fail(self, error: str | None = None) -> bool:
         """Dead-letter the job now, with ``last_error = error`` (or ``"failed"``). One-shot.
 
@@ -147,6 +210,6 @@ class JobHandle:
         self._check_usable()
         checked_error = v.check_error_text(error)
         job = self._job
-        item = FailItem(job.id, job.attempts, checked_error)
+        item = FailItem(job.id, self._claim.token, checked_error)
         (applied,) = await _consume_all([self], self._queue._engine.fail(job.queue, [item]))
         return applied

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, final
 
 import trio
 
@@ -12,13 +11,13 @@ from .._core import NO_LIMITS, UNSET, Enqueued, Job, JobState, QueueLimits, Queu
 from .._core import _validate as v
 from .._core._limits import _Unset, check_limit_args, merged_limits, refills
 from .._core._reschedule import check_reschedule
-from .._engines._protocol import Claim, FailItem
+from .._engines._protocol import FailItem
 from .._errors import InvalidArgument
-from ._handle import JobHandle, _consume_all, retry_item
+from ._handle import JobHandle, _consume_all, checked_items, naming_item, retry_item
 from ._results import ack_items, checked_results
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Mapping
     from datetime import datetime
 
     from ._store import Store
@@ -140,17 +139,7 @@ class Queue:
             StoreClosed: the store is closed.
         """
         self._store._check_open()
-        if isinstance(payloads, bytes | bytearray | memoryview | str):
-            raise InvalidArgument(
-                "payloads must be an iterable of payloads (e.g. a list of bytes), not a "
-                f"single {type(payloads).__name__}"
-            )
-        try:
-            items = list(payloads)
-        except TypeError:
-            raise InvalidArgument(
-                f"payloads must be an iterable of bytes; got a {type(payloads).__name__}"
-            ) from None
+        items = v.check_payload_list(payloads)
         keys = None if unique_keys is None else v.check_unique_keys(unique_keys, len(items))
         groups = (
             None
@@ -256,7 +245,7 @@ class Queue:
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
-        claims, items = ack_items([handle._job for handle in checked], given)
+        claims, items = ack_items(checked, given)
         done = (
             self._engine.ack(self._name, claims)
             if items is None
@@ -315,7 +304,7 @@ class Queue:
             jobs = await self._engine.claim(self._name, checked_worker, count)
             deleted: list[int] = []
         else:
-            claims, items = ack_items([handle._job for handle in checked], given)
+            claims, items = ack_items(checked, given)
             fused = (
                 self._engine.ack_and_claim(self._name, claims, checked_worker, count)
                 if items is None
@@ -358,7 +347,7 @@ class Queue:
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
-        claims = [Claim(handle.id, handle._job.attempts) for handle in checked]
+        claims = [handle._claim for handle in checked]
         renewed = set(await self._engine.heartbeat(self._name, claims, extend))
         return [handle.id in renewed for handle in checked]
 
@@ -394,13 +383,13 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        rows = self._checked_items(items, ("handle", "error", "delay_s"))
+        rows = checked_items(self._store, items, ("handle", "error", "delay_s"))
         checked = self._checked_handles([row[0] for row in rows], where="items")
         for handle in checked:
             handle._check_usable()
         resolved: list[tuple[JobHandle, str | None, float | None]] = []
         for index, (handle, error, delay_s) in enumerate(rows):
-            with _naming_item(index, handle):
+            with naming_item(index, handle):
                 resolved.append(
                     (
                         handle,
@@ -414,6 +403,35 @@ class Queue:
         rng = self._store._rng
         claims = [retry_item(handle._job, error, delay, rng) for handle, error, delay in resolved]
         return await _consume_all(checked, self._engine.retry(self._name, claims))
+
+    async def release_handles(
+        self, handles: Iterable[JobHandle], error: str | None = None
+    ) -> list[bool]:
+        """Release many claimed jobs of this queue with one statement (Q19.8, Q13), each
+        exactly as :meth:`JobHandle.release` would: pending again, ready now, its attempt
+        given back, ``last_error = error``; a stale claim is refused per job. Afterwards
+        every handle is consumed.
+
+        Returns:
+            One bool per handle, in order: ``True`` if its job was released.
+
+        Raises:
+            InvalidArgument: an item is not a job handle of this store and queue, a job
+                appears twice, or ``error`` is invalid (nothing was done).
+            HandleConsumed: a handle was already used (nothing was done).
+            StoreClosed: the store is closed.
+        """
+        checked = self._checked_handles(handles)
+        checked_error = v.check_error_text(error)
+        for handle in checked:
+            handle._check_usable()
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        claims = [handle._claim for handle in checked]
+        engine = self._engine
+        done = set(await _consume_all(checked, engine.release(self._name, claims, checked_error)))
+        return [handle.id in done for handle in checked]
 
     async def fail_handles(self, items: Iterable[tuple[JobHandle, str | None]]) -> list[bool]:
         """Fail many claimed jobs of this queue with one statement (Q13; see D20).
@@ -439,45 +457,18 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        rows = self._checked_items(items, ("handle", "error"))
+        rows = checked_items(self._store, items, ("handle", "error"))
         checked = self._checked_handles([row[0] for row in rows], where="items")
         for handle in checked:
             handle._check_usable()
         claims: list[FailItem] = []
         for index, (handle, error) in enumerate(rows):
-            with _naming_item(index, handle):
-                claims.append(FailItem(handle.id, handle._job.attempts, v.check_error_text(error)))
+            with naming_item(index, handle):
+                claims.append(FailItem(handle.id, handle._claim.token, v.check_error_text(error)))
         if not claims:
             await trio.lowlevel.checkpoint()
             return []
         return await _consume_all(checked, self._engine.fail(self._name, claims))
-
-    def _checked_items(
-        self, items: Iterable[Any], fields: tuple[str, ...]
-    ) -> list[tuple[Any, ...]]:
-        """The items as a list, once each is known to be a tuple of ``fields`` (the store
-        must be open)."""
-        self._store._check_open()
-        shape = f"({', '.join(fields)}) tuples"
-        if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
-            raise InvalidArgument(
-                f"items must be an iterable of {shape}; got a {type(items).__name__}"
-            )
-        checked = list(items)
-        for index, item in enumerate(checked):
-            if not isinstance(item, tuple) or len(item) != len(fields):
-                shown = (
-                    f"a tuple of {len(item)}"
-                    if isinstance(item, tuple)
-                    else f"a {type(item).__name__}"
-                )
-                raise InvalidArgument(f"items must hold {shape}; item {index} is {shown}")
-            if not isinstance(item[0], JobHandle):
-                raise InvalidArgument(
-                    f"the first field of each item must be a job handle; item {index} "
-                    f"holds a {type(item[0]).__name__}"
-                )
-        return checked
 
     def _checked_handles(
         self, handles: Iterable[JobHandle], *, where: str = "handles"
@@ -784,12 +775,3 @@ class Queue:
         """
         self._store._check_open()
         return await self._engine.sweep_expired(self._name, self._opts.dead_letter_retention_s)
-
-
-@contextmanager
-def _naming_item(index: int, handle: JobHandle) -> Iterator[None]:
-    """Prefix an InvalidArgument raised for one item with its position and handle."""
-    try:
-        yield
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"item {index} ({handle!r}): {exc}") from None

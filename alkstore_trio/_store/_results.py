@@ -19,7 +19,7 @@ from .._errors import InvalidArgument
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._core import Job
+    from ._handle import JobHandle
 
 
 def checked_results(results: object, count: int, max_bytes: int) -> list[bytes | None] | None:
@@ -40,16 +40,20 @@ def checked_results(results: object, count: int, max_bytes: int) -> list[bytes |
 
 
 def ack_items(
-    jobs: Sequence[Job], results: Sequence[bytes | None] | None
+    handles: Sequence[JobHandle], results: Sequence[bytes | None] | None
 ) -> tuple[list[Claim], list[Completion] | None]:
-    """The claims of a batch ack and, when some job of it is kept (Q19.2), its
-    completions (each kept job's result; an unkept job's result discarded); ``None``
-    when the plain ack finishes the batch."""
-    claims = [Claim(job.id, job.attempts) for job in jobs]
-    if all(job.keep_completed_s is None for job in jobs):
+    """The claims of a batch ack (each fenced by its claim token, Q19.8) and, when some
+    job of it is kept (Q19.2), its completions (each kept job's result; an unkept job's
+    result discarded); ``None`` when the plain ack finishes the batch."""
+    claims = [handle._claim for handle in handles]
+    if all(handle._job.keep_completed_s is None for handle in handles):
         return claims, None
-    given = results if results is not None else [None] * len(jobs)
+    given = results if results is not None else [None] * len(handles)
     return claims, [
-        Completion(job.id, job.attempts, None if job.keep_completed_s is None else result)
-        for job, result in zip(jobs, given, strict=True)
+        Completion(
+            claim.job_id,
+            claim.token,
+            None if handle._job.keep_completed_s is None else result,
+        )
+        for claim, handle, result in zip(claims, handles, given, strict=True)
     ]

@@ -5,23 +5,20 @@ lease fencing (Q3, Q4). Those promises are about *histories*, not single calls: 
 leases on one job ever overlapped, whether a stale holder ever got an operation accepted,
 whether a job vanished without an ack. So a test records every claim, heartbeat, ack,
 retry, dead-letter, release, lease loss and handler start/end of a run, and this module
-checks the record job by job against the final state of the store.
-
-Sources:
-
-- in-process: :class:`HistoryRecorder` subscribes to :meth:`Worker.events`
-  (``buffer=None``: it must see every event) and keeps the events, writes them as JSON
-  lines, or both;
-- across processes: each process writes JSON lines (:class:`HistoryRecorder` with a
-  stream); :func:`load_history` merges the files. A line never holds a payload.
+checks the record job by job against the final state of the store. Sources: in-process,
+:class:`HistoryRecorder` subscribes to :meth:`Worker.events` (``buffer=None``: it must
+see every event) and keeps the events, writes them as JSON lines (never a payload), or
+both; across processes, :func:`load_history` merges the files.
 
 What is checked (the rule names of :class:`Violation`):
 
-- ``handout``: a (job, attempt) pair was handed to two claims (Q3 exactly-once handout).
+- ``handout``: a (job, claim token) pair was handed to two claims (Q3). Claims are keyed
+  by token (Q19.8; old records by attempt, which repeats after a release).
 - ``lease_overlap``: a later claim started (on the *store's* clock) while the earlier
   claim's lease was still valid: ``claimed_at`` of the later claim <= the earlier lease's
-  deadline, and no accepted retry or release had ended the earlier claim. ``claim order``:
-  a higher attempt was claimed at an earlier store time than a lower one.
+  deadline, and no accepted retry or release had ended the earlier claim. Claims are
+  ordered by store time; ``claim order``: a later claim has a lower attempt than the
+  claim before it, which only a release gives back.
 - ``stale_token``: an operation (heartbeat, ack, retry, release, dead) was accepted
   although its claim token was no longer current: it was recorded after a later claim of
   the same job (by more than ``slack_s`` on the recording clock), or it is an ack or a
@@ -38,22 +35,17 @@ What is checked (the rule names of :class:`Violation`):
 - ``final_state``: the final state contradicts the record (acked but still live or dead,
   dead-lettered but live).
 
-What is *not* a violation but a note: a job gone without a recorded ack whose last holder's
-record is incomplete (it has no ``worker_stop``: the process was killed, so the ack may have
-landed just before the record was written) or whose ack failed with an engine error (it may
-have committed before the connection broke); attempts missing from the record (claimed by a
-worker that was not recorded).
+Notes, not violations: a job gone without a recorded ack whose last holder's record is
+incomplete (no ``worker_stop``: killed, its ack may have landed unrecorded) or whose ack
+failed with an engine error (it may have committed); attempts missing from the record.
 
 Clocks, and how heartbeats are handled. Leases are compared on the store's clock only
 (``claimed_at`` and ``claim_expires_at`` of each claim's snapshot), never on a worker's. A
-heartbeat moves the deadline to the store's "now + extend"; a :class:`WorkerEvent` does not
-carry that new deadline (its job is the claim's snapshot). An event may carry it
-(``lease_until``); when it does not, the checker assumes the heartbeat used the default
-extension (the row's visibility timeout, which the :class:`Worker` always uses), which never
-moves the deadline earlier than the claim's own. So an earlier lease is known to last *at
-least* until its claim's deadline (or the latest recorded ``lease_until``): an overlap hidden
-behind an unrecorded extension is not seen by ``lease_overlap``, but the stale holder's next
-accepted operation after the reclaim is (``stale_token``). Ordering between workers uses the
+heartbeat's new deadline is known only when its event carries it (``lease_until``), so an
+earlier lease is known to last *at least* until its claim's deadline (or the latest
+recorded ``lease_until``): an overlap hidden behind an unrecorded extension is not seen by
+``lease_overlap``, but the stale holder's next accepted operation after the reclaim is
+(``stale_token``). Ordering between workers uses the
 recording clock (trio time in one process, wall time across processes), on which an event is
 recorded just *after* the store answered; ``slack_s`` absorbs the recording lag (0 in one
 process under a mock clock; a few hundred milliseconds across processes, more if a test
@@ -79,8 +71,7 @@ if TYPE_CHECKING:
     from .._runtime._worker import Worker, WorkerEvent
     from .._store import Queue
 
-#: Operations whose acceptance the record shows (the worker logs them after the store
-#: said yes).
+#: Operations whose acceptance the record shows (logged after the store said yes).
 ACCEPTED_KINDS: Final = frozenset({"heartbeat", "ack", "retry", "release", "dead"})
 #: Accepted operations that end a claim (one-shot, Q4).
 TERMINAL_KINDS: Final = frozenset({"ack", "retry", "release", "dead"})
@@ -103,7 +94,7 @@ class HistoryEvent:
         t: When it was recorded, on the recording clock (trio time in one process, wall
             time across processes); only used to order events of different sources.
         job_id: The job, or ``None`` for worker-level events.
-        attempt: The claim token (the job's ``attempts`` right after the claim).
+        attempt: The job's ``attempts`` right after the claim (repeats after a release).
         queue: The queue, if any.
         claimed_at: The claim's ``claimed_at`` on the store's clock (epoch seconds).
         claim_expires_at: The claim's deadline at claim time (store clock, epoch seconds).
@@ -124,6 +115,8 @@ class HistoryEvent:
     lease_until: float | None = None
     error: str | None = None
     op: str | None = None
+    #: Q19.8: the claim's token (``None`` in records older than version 9).
+    claim_token: int | None = None
 
     @classmethod
     def from_worker_event(
@@ -143,6 +136,7 @@ class HistoryEvent:
             claim_expires_at=None if job is None else _epoch(job.claim_expires_at),
             error=event.error,
             op=_failed_operation(event),
+            claim_token=None if job is None else job.claim_token,
         )
 
     def describe(self) -> str:
@@ -170,9 +164,9 @@ def event_record(event: WorkerEvent, seq: int) -> dict[str, Any]:
     message, which engine errors may fill with driver text).
 
     Keys: ``ev`` (the kind), ``pid``, ``t`` (wall time), ``at`` (trio time), ``seq``,
-    ``worker_id``, and for job events ``id``, ``attempt``, ``queue``, ``claimed_at`` and
-    ``claim_expires_at`` (store clock, epoch seconds); ``error``, ``delay_s`` and ``op``
-    when set. The key names match ``tests/faults/_worker_proc.py``'s records.
+    ``worker_id``, and for job events ``id``, ``attempt``, ``claim_token``, ``queue``,
+    ``claimed_at`` and ``claim_expires_at`` (store clock, epoch seconds); ``error``,
+    ``delay_s`` and ``op`` when set. The key names match ``tests/faults/_worker_proc.py``'s records.
     """
     record: dict[str, Any] = {
         "ev": event.kind,
@@ -187,6 +181,7 @@ def event_record(event: WorkerEvent, seq: int) -> dict[str, Any]:
         record.update(
             id=job.id,
             attempt=job.attempts,
+            claim_token=job.claim_token,
             queue=job.queue,
             claimed_at=_epoch(job.claimed_at),
             claim_expires_at=_epoch(job.claim_expires_at),
@@ -351,6 +346,7 @@ def _parse_lines(lines: list[str], time_base: TimeBase) -> Iterator[HistoryEvent
             lease_until=record.get("lease_until"),
             error=record.get("error"),
             op=record.get("op"),
+            claim_token=record.get("claim_token"),
         )
 
 
@@ -483,6 +479,7 @@ class HistoryReport:
 @dataclass(slots=True)
 class _Claim:
     token: int
+    attempt: int
     source: str
     t: float
     seq: int
@@ -602,7 +599,7 @@ def _check_job(
         totals.accepted += len(claim.accepted)
         totals.refused += sum(e.kind == "lease_lost" for e in claim.events)
 
-    ordered = [claims[token] for token in sorted(claims)]
+    ordered = sorted(claims.values(), key=_claim_order)
     _check_across_claims(job_id, ordered, totals, violate, slack_s=slack_s)
 
     acked = any(c.terminal is not None and c.terminal.kind == "ack" for c in ordered)
@@ -622,16 +619,16 @@ def _check_job(
     if last is not None and last.source not in complete:
         totals.notes.append(
             f"job {job_id}: gone without a recorded ack; its last holder {last.source} "
-            f"(attempt {last.token}) left an incomplete record (killed?), so its ack may "
+            f"(attempt {last.attempt}) left an incomplete record (killed?), so its ack may "
             "have landed before it was written"
         )
     elif last is not None and "ack" in last.failed_ops:
         totals.notes.append(
-            f"job {job_id}: gone without a recorded ack; the ack of attempt {last.token} "
+            f"job {job_id}: gone without a recorded ack; the ack of attempt {last.attempt} "
             "failed with an engine error and may have committed before the connection broke"
         )
     else:
-        held = "never claimed" if last is None else f"last claimed as attempt {last.token}"
+        held = "never claimed" if last is None else f"last claimed as attempt {last.attempt}"
         violate(
             "missing",
             f"neither acked, nor dead, nor live at the end ({held}; {len(events)} events)",
@@ -641,8 +638,8 @@ def _check_job(
 def _collect_claims(events: list[HistoryEvent], violate: _Violate) -> dict[int, _Claim]:
     claims: dict[int, _Claim] = {}
     for event in sorted(events, key=_order):
-        token = event.attempt
-        if token is None:
+        token = event.attempt if event.claim_token is None else event.claim_token
+        if token is None or event.attempt is None:
             violate("orphan", f"{event.describe()} carries no attempt (claim token)")
             continue
         claim = claims.get(token)
@@ -650,12 +647,14 @@ def _collect_claims(events: list[HistoryEvent], violate: _Violate) -> dict[int, 
             if claim is not None and not claim.synthesized:
                 violate(
                     "handout",
-                    f"attempt {token} was handed out twice: to {claim.source} at "
+                    f"attempt {event.attempt} (claim token {token}) was handed out twice: "
+                    f"to {claim.source} at "
                     f"t={claim.t:.3f} and to {event.source} at t={event.t:.3f}",
                 )
                 continue
             claims[token] = _Claim(
                 token=token,
+                attempt=event.attempt,
                 source=event.source,
                 t=event.t,
                 seq=event.seq,
@@ -670,6 +669,7 @@ def _collect_claims(events: list[HistoryEvent], violate: _Violate) -> dict[int, 
             # claim's store times stands for it.
             claim = claims[token] = _Claim(
                 token=token,
+                attempt=event.attempt,
                 source=event.source,
                 t=event.t,
                 seq=event.seq,
@@ -680,10 +680,10 @@ def _collect_claims(events: list[HistoryEvent], violate: _Violate) -> dict[int, 
         elif claim.synthesized and claim.claimed_at is None and event.claimed_at is not None:
             claim.claimed_at, claim.expires_at = event.claimed_at, event.claim_expires_at
         claim.events.append(event)
-    for token, claim in claims.items():
+    for claim in claims.values():
         if claim.synthesized and claim.claimed_at is None:
             kinds = ", ".join(sorted({e.kind for e in claim.events}))
-            violate("orphan", f"events of attempt {token} ({kinds}) but no recorded claim")
+            violate("orphan", f"events of attempt {claim.attempt} ({kinds}) but no recorded claim")
     return claims
 
 
@@ -694,7 +694,7 @@ def _replay_claim(claim: _Claim, violate: _Violate) -> None:
         if event.source != claim.source:
             violate(
                 "foreign_operation",
-                f"{event.describe()} on attempt {claim.token}, which {claim.source} holds",
+                f"{event.describe()} on attempt {claim.attempt}, which {claim.source} holds",
             )
         kind = event.kind
         if kind in ACCEPTED_KINDS:
@@ -720,20 +720,20 @@ def _replay_claim(claim: _Claim, violate: _Violate) -> None:
             claim.failed_ops.add(event.op)
         elif kind == "start":
             if claim.started_t is not None:
-                violate("handler", f"the handler of attempt {claim.token} started twice")
+                violate("handler", f"the handler of attempt {claim.attempt} started twice")
             claim.started_t = event.t
         elif kind == "finish":
             if claim.started_t is None:
-                violate("handler", f"the handler of attempt {claim.token} finished unstarted")
+                violate("handler", f"the handler of attempt {claim.attempt} finished unstarted")
             claim.finished_t = event.t
 
 
 def _check_across_claims(
     job_id: int, claims: list[_Claim], totals: _Totals, violate: _Violate, *, slack_s: float
 ) -> None:
-    if claims and claims[0].token > 1:
+    if claims and claims[0].attempt > 1:
         totals.notes.append(
-            f"job {job_id}: attempts 1..{claims[0].token - 1} are not in the record"
+            f"job {job_id}: attempts 1..{claims[0].attempt - 1} are not in the record"
         )
     for index, claim in enumerate(claims):
         later = claims[index + 1 :]
@@ -744,23 +744,26 @@ def _check_across_claims(
                 first = overtaken[0]
                 violate(
                     "stale_token",
-                    f"{event.describe()} was accepted after attempt {first.token} was "
+                    f"{event.describe()} was accepted after attempt {first.attempt} was "
                     f"claimed by {first.source} at t={first.t:.3f}: its token was no "
                     "longer current",
                 )
         if later and claim.terminal is not None and claim.terminal.kind in ("ack", "dead"):
             violate(
                 "stale_token",
-                f"{claim.terminal.describe()} was accepted, yet attempt {later[0].token} was "
+                f"{claim.terminal.describe()} was accepted, yet attempt {later[0].attempt} was "
                 f"claimed by {later[0].source}: either the {claim.terminal.kind} held a "
                 "stale token or a finished job was claimed again",
             )
         if not later:
             continue
         after = later[0]
-        if after.token != claim.token + 1:
+        # Q19.8: a release gives the attempt back, so the next claim repeats its number.
+        given_back = claim.terminal is not None and claim.terminal.kind == "release"
+        expected = claim.attempt if given_back else claim.attempt + 1
+        if after.attempt > expected:
             totals.notes.append(
-                f"job {job_id}: attempts {claim.token + 1}..{after.token - 1} are not in the record"
+                f"job {job_id}: attempts {expected}..{after.attempt - 1} are not in the record"
             )
         if claim.terminal is None:
             totals.reclaims += 1
@@ -770,21 +773,27 @@ def _check_across_claims(
                 totals.concurrent_runs += 1
         if after.claimed_at is None or claim.claimed_at is None:
             continue
-        if after.claimed_at < claim.claimed_at:
+        if after.attempt < expected:
             violate(
                 "lease_overlap",
-                f"claim order: attempt {after.token} was claimed at store time "
-                f"{after.claimed_at:.6f}, before attempt {claim.token} ({claim.claimed_at:.6f})",
+                f"claim order: attempt {after.attempt} was claimed at store time "
+                f"{after.claimed_at:.6f}, after attempt {claim.attempt} ({claim.claimed_at:.6f})",
             )
         ended_early = claim.terminal is not None and claim.terminal.kind in ("retry", "release")
         lease_until = claim.lease_until
         if not ended_early and lease_until is not None and after.claimed_at <= lease_until:
             violate(
                 "lease_overlap",
-                f"attempt {after.token} was claimed by {after.source} at store time "
-                f"{after.claimed_at:.6f} while attempt {claim.token} ({claim.source}) held a "
+                f"attempt {after.attempt} was claimed by {after.source} at store time "
+                f"{after.claimed_at:.6f} while attempt {claim.attempt} ({claim.source}) held a "
                 f"lease valid until {lease_until:.6f}, not ended by a retry or release",
             )
+
+
+def _claim_order(claim: _Claim) -> tuple[float, int, float]:
+    """Claims of one job by store time (then attempt, then recording time)."""
+    at = claim.claimed_at
+    return (math.inf if at is None else at, claim.attempt, claim.t)
 
 
 def _order(event: HistoryEvent) -> tuple[float, str, int]:

@@ -11,10 +11,12 @@ indexes shows up as a disagreement with the model.
 
 The model is synchronous, reads no clock (``now``, a UTC datetime, is an argument of every
 operation that depends on time) and validates nothing: it is fed only arguments the public
-API already accepted. It also mirrors two decisions of the public facade that an engine cannot see
-(``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
-``rng.randint`` per ``retry`` without ``delay_s`` whose claim token is below the job's
-``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
+API already accepted. Claim tokens (Q19.8) are opaque: a caller checking an engine
+passes the tokens the engine's claim handed out (``claim(..., tokens=)``), and the model
+draws its own otherwise. It also mirrors two decisions of the public facade that an
+engine cannot see (``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
+``rng.randint`` per ``retry`` without ``delay_s`` whose claim's ``attempts`` is below the
+job's ``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
 reserved at ``tx.enqueue`` and the rows inserted at commit).
 """
 
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .._core import (
@@ -34,13 +36,13 @@ from .._core import (
     JobState,
     QueueLimits,
     QueueOpts,
-    QueueStats,
     StoreStats,
     SweepResult,
 )
-from ._model_backoff import model_backoff_delay_s
+from ._model_backoff import _after, _Stamps, model_backoff_delay_s
 from ._model_history import ModelHistory  # Q19.1-Q19.3
 from ._model_limits import ModelLimits  # Q18.7-Q18.11
+from ._model_stats import queue_stats, reclaimable  # D22
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
 
@@ -54,19 +56,6 @@ _MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
 _FAILED = "failed"
 _EXPIRED = "expired"
 #: The stamps of a row enqueued by queue name, without a handle (Q1).
-
-
-def _after(now: datetime, seconds: float) -> datetime:
-    return now + timedelta(seconds=float(seconds))
-
-
-@dataclass(frozen=True)
-class _Stamps:
-    """What a job handle knows about its job for ever: used for the backoff draw."""
-
-    queue: str
-    max_attempts: int
-    backoff_base_s: float
 
 
 class ReferenceModel:
@@ -87,7 +76,7 @@ class ReferenceModel:
         model = ReferenceModel(rng=random.Random(7))
         job_id = model.enqueue("emails", b"hi", opts=QueueOpts(), now=t0)
         (job,) = model.claim("emails", "w1", 1, now=t0)
-        assert model.ack("emails", job.id, job.attempts, now=t0)
+        assert model.ack("emails", job.id, job.claim_token, now=t0)
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
@@ -97,6 +86,9 @@ class ReferenceModel:
         self.kept = ModelHistory()
         self._stamps: dict[int, _Stamps] = {}
         self._next_id = 1
+        #: Q19.8: the model's own tokens, and each claim's post-claim attempts (the draw).
+        self._last_token = 0
+        self._claim_attempts: dict[tuple[int, int], int] = {}
         #: D27: per queue, how many jobs left the live rows by each outcome.
         self._finished: dict[str, Counter[str]] = {}
         #: Q17: the periodic schedules' rows (``fire``/``list``: Q17.2-Q17.6).
@@ -147,33 +139,17 @@ class ReferenceModel:
             names |= self.limits.limited_queues()
         else:
             names = {queue}
-        entries = []
-        for name in sorted(names):
-            rows = [job for job in self.jobs() if job.queue == name]
-            finished = self._finished.get(name, Counter())
-            ready = [job for job in rows if job.state == "pending" and job.run_at <= now]
-            limits, throttled = self.limits.stats(name)
-            entries.append(
-                QueueStats(
-                    queue=name,
-                    pending_ready=len(ready),
-                    pending_delayed=sum(
-                        1 for job in rows if job.state == "pending" and job.run_at > now
-                    ),
-                    processing=sum(1 for job in rows if job.state == "processing"),
-                    reclaimable=sum(1 for job in rows if self._reclaimable(job, now)),
-                    dead=sum(1 for job in rows if job.state == "dead"),
-                    oldest_ready_age_s=(
-                        (now - min(job.run_at for job in ready)).total_seconds() if ready else None
-                    ),
-                    acked_total=finished["acked"],
-                    dead_lettered_total=finished["dead_lettered"],
-                    cancelled_total=finished["cancelled"],
-                    paused=name in self._paused,
-                    limits=limits,
-                    throttled=throttled,
-                )
+        entries = [
+            queue_stats(
+                name,
+                [job for job in self.jobs() if job.queue == name],
+                self._finished.get(name, Counter()),
+                paused=name in self._paused,
+                limits=self.limits.stats(name),
+                now=now,
             )
+            for name in sorted(names)
+        ]
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
 
     def issued_ids(self) -> list[int]:
@@ -289,8 +265,20 @@ class ReferenceModel:
 
     # -- Q3 claim ----------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, n: int, *, now: datetime) -> list[Job]:
+    def claim(
+        self,
+        queue: str,
+        worker_id: str,
+        n: int,
+        *,
+        now: datetime,
+        tokens: Mapping[int, int] | None = None,
+    ) -> list[Job]:
         """Q3: the pre-claim sweep, then up to ``n`` claims, best first.
+
+        Args:
+            tokens: Q19.8: the claim token of each job id (the engine's); a job not in
+                it gets a token of the model's own.
 
         Returns:
             Snapshots of the claimed rows (post-claim ``attempts``), in claim order.
@@ -299,7 +287,7 @@ class ReferenceModel:
             return []
         # 1. Pre-claim sweep: lapsed claims with no attempts left go to dead.
         for job in self._live(queue):
-            if self._reclaimable(job, now) and job.attempts >= job.max_attempts:
+            if reclaimable(job, now) and job.attempts >= job.max_attempts:
                 self._kill(job, _MAX_ATTEMPTS_EXCEEDED, now)
         if queue in self._paused:
             return []  # Q18: a paused queue hands nothing out (the sweep ran).
@@ -309,7 +297,7 @@ class ReferenceModel:
             if self._expired(job, now):
                 continue
             ready = job.state == "pending" and job.run_at <= now
-            reclaim = self._reclaimable(job, now) and job.attempts < job.max_attempts
+            reclaim = reclaimable(job, now) and job.attempts < job.max_attempts
             if ready or reclaim:
                 candidates.append(job)
         candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
@@ -321,10 +309,16 @@ class ReferenceModel:
         # 3. Claim them.
         out = []
         for job in picked[:take]:
+            token = None if tokens is None else tokens.get(job.id)
+            if token is None:
+                self._last_token += 1
+                token = self._last_token
+            self._claim_attempts[(job.id, token)] = job.attempts + 1
             claimed = replace(
                 job,
                 state="processing",
                 attempts=job.attempts + 1,
+                claim_token=token,
                 claimed_by=worker_id,
                 claimed_at=now,
                 claim_expires_at=_after(now, job.visibility_timeout_s),
@@ -424,11 +418,12 @@ class ReferenceModel:
         *,
         now: datetime,
         results: Sequence[bytes | None] | None = None,
+        tokens: Mapping[int, int] | None = None,
     ) -> tuple[list[int], list[Job]]:
         """Q13 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
         the ids finished and the claimed snapshots (none when ``n <= 0``)."""
         acked = self.ack_claims(queue, claims, now=now, results=results)
-        return acked, self.claim(queue, worker_id, n, now=now)
+        return acked, self.claim(queue, worker_id, n, now=now, tokens=tokens)
 
     def heartbeat_claims(
         self,
@@ -460,12 +455,13 @@ class ReferenceModel:
 
         Like ``JobHandle.retry`` (decision 2), the backoff delay is drawn from
         :attr:`rng` before the validity check, whenever ``delay_s`` is ``None`` and the
-        claim token is below the job's ``max_attempts``.
+        claim's ``attempts`` is below the job's ``max_attempts``.
         """
         stamps = self._stamps.get(job_id)
+        attempt = self._claim_attempts.get((job_id, token), 0)  # 0: not a claim's token
         delay = delay_s
-        if delay is None and stamps is not None and token < stamps.max_attempts:
-            delay = model_backoff_delay_s(stamps.backoff_base_s, token, self.rng)
+        if delay is None and stamps is not None and 0 < attempt < stamps.max_attempts:
+            delay = model_backoff_delay_s(stamps.backoff_base_s, attempt, self.rng)
         job = self._valid(queue, job_id, token, now)
         if job is None:
             return False
@@ -481,6 +477,28 @@ class ReferenceModel:
             claimed_by=None,
             claimed_at=None,
             claim_expires_at=None,
+            claim_token=None,
+        )
+        return True
+
+    def release(
+        self, queue: str, job_id: int, token: int, error: str | None = None, *, now: datetime
+    ) -> bool:
+        """Q19.8 release: pending again, ready now, the attempt given back, ``last_error =
+        error``, claim fields and token cleared."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
+            return False
+        self._rows[job_id] = replace(
+            job,
+            state="pending",
+            attempts=job.attempts - 1,
+            run_at=now,
+            last_error=error,
+            claimed_by=None,
+            claimed_at=None,
+            claim_expires_at=None,
+            claim_token=None,
         )
         return True
 
@@ -601,6 +619,7 @@ class ReferenceModel:
                 claimed_by=None,
                 claimed_at=None,
                 claim_expires_at=None,
+                claim_token=None,
                 died_at=None,
             )
             count += 1
@@ -753,14 +772,6 @@ class ReferenceModel:
     def _expired(job: Job, now: datetime) -> bool:
         return job.expires_at is not None and now > job.expires_at
 
-    @staticmethod
-    def _reclaimable(job: Job, now: datetime) -> bool:
-        return (
-            job.state == "processing"
-            and job.claim_expires_at is not None
-            and now > job.claim_expires_at
-        )
-
     def _valid(self, queue: str, job_id: int, token: int, now: datetime) -> Job | None:
         """The validity predicate V, or ``None`` when it does not hold."""
         job = self._rows.get(job_id)
@@ -768,7 +779,7 @@ class ReferenceModel:
             job is None
             or job.queue != queue
             or job.state != "processing"
-            or job.attempts != token
+            or job.claim_token != token
             or job.claim_expires_at is None
             or now > job.claim_expires_at
         ):

@@ -1,8 +1,11 @@
-"""Q5 in the reference model: the backoff draw, written from the contract text."""
+"""The reference model's backoff curve (Q5, decision 12) and what a handle knows of its
+job for the draw, written out step by step from the contract text."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,3 +31,16 @@ def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> in
     if high < low:
         high = low
     return rng.randint(low, high)
+
+
+def _after(now: datetime, seconds: float) -> datetime:
+    return now + timedelta(seconds=float(seconds))
+
+
+@dataclass(frozen=True)
+class _Stamps:
+    """What a job handle knows about its job for ever: used for the backoff draw."""
+
+    queue: str
+    max_attempts: int
+    backoff_base_s: float

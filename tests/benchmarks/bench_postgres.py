@@ -89,6 +89,13 @@ from alkstore_trio.engine import PostgresEngine
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 QUEUE = "bench"
 WORKER = "bench-worker"
+
+
+def token_base() -> int:
+    """Q19.8: the 62 random bits a claim statement of the library takes."""
+    return secrets.randbits(62)
+
+
 #: A small JSON-like payload (the same bytes in every case).
 PAYLOAD = b'{"to": "ada@example.com", "template": "welcome"}'
 #: Every claim stays valid for the whole run.
@@ -245,12 +252,14 @@ def _admin() -> psycopg.Connection[Any]:
 
 
 @contextlib.contextmanager
-def fresh_schema(prefill: int = 0) -> Iterator[str]:
-    """A new schema at the library's version (optionally with ``prefill`` ready jobs,
-    then ANALYZEd); dropped afterwards."""
+def fresh_schema(prefill: int = 0, template: str | None = None) -> Iterator[str]:
+    """A new schema at the library's version, or made by ``template`` (the text of
+    another commit's ``schema.sql``), optionally with ``prefill`` ready jobs, then
+    ANALYZEd; dropped afterwards."""
     schema = "alk_bench_" + secrets.token_hex(5)
     with _admin() as admin:
-        admin.execute(_sql.schema_sql(schema), prepare=False)
+        made = _sql.schema_sql(schema) if template is None else _sql.render(template, schema)
+        admin.execute(made, prepare=False)
         try:
             if prefill:
                 copy_rows(admin, schema, prefill, run_at=datetime.now(UTC) - timedelta(seconds=5))
@@ -308,8 +317,11 @@ class RawSql:
         self.select_locked = f"SELECT {columns} {ready}"
         self.delete = f"DELETE FROM {s}.jobs WHERE id = ANY(%s)"
         # The library's semantics in plain SQL: a claim that commits a lease, then a delete.
+        # Q19.8: a claim sets a token (the library's is the client's random bits XOR
+        # the id; the server's random() does as well here).
         self.claim_lease = (
             f"UPDATE {s}.jobs AS j SET state = 'processing', attempts = j.attempts + 1, "
+            "claim_token = (pg_catalog.random() * 4611686018427387903)::bigint, "
             "claimed_by = %s, claimed_at = now(), "
             "claim_expires_at = now() + j.visibility_timeout_s * interval '1 second' "
             f"FROM (SELECT id {ready}) AS c WHERE j.id = c.id RETURNING "
@@ -559,7 +571,8 @@ class RawDrain(Runner):
             if rows:
                 cur.execute(q.delete_claimed, ([row[0] for row in rows], QUEUE))
             return len(rows)
-        cur.execute(q.lib["claim"], {"queue": QUEUE, "worker_id": WORKER, "n": batch})
+        params = {"queue": QUEUE, "worker_id": WORKER, "n": batch, "token_base": token_base()}
+        cur.execute(q.lib["claim"], params)
         rows = cur.fetchall()
         if rows:
             cur.execute(q.lib["ack_batch"], {"queue": QUEUE, "ids": [r[0] for r in rows]})

@@ -256,14 +256,20 @@ def _child_raw(schema: str, how: str, batch: int, listen: bool, latency: bool) -
             if rows:
                 cur.execute(q.delete_claimed, ([row[0] for row in rows], QUEUE))
         else:
-            cur.execute(q.lib["claim"], {"queue": QUEUE, "worker_id": bp.WORKER, "n": batch})
+            params = {
+                "queue": QUEUE,
+                "worker_id": bp.WORKER,
+                "n": batch,
+                "token_base": bp.token_base(),
+            }
+            cur.execute(q.lib["claim"], params)
             rows = cur.fetchall()
             t = time.perf_counter()
             if rows:
                 params = {
                     "queue": QUEUE,
                     "ids": [r[0] for r in rows],
-                    "tokens": [r[5] for r in rows],
+                    "tokens": [r[19] for r in rows],  # Q19.8: the claim_token column
                 }
                 cur.execute(q.lib["ack_claims"], params)
                 if len(cur.fetchall()) != len(rows):
@@ -636,26 +642,31 @@ def ab_variants(refs: list[str]) -> list[BurnVariant]:
     return out
 
 
-def _stamp_version_of(schema: str, tree: Path) -> None:
-    """Let the code of another commit (``--ab``) open a schema this code made: record
-    that commit's schema version. Sound only while the migrations in between add what
-    the older code never touches (the ``periodic`` and ``queue_controls`` tables, columns
-    with defaults, functions the older statements do not name). A migration that changes
-    ``jobs`` needs the base commit to run on a schema of its own instead."""
-    folder = tree / "alkstore_trio" / "_engines" / "_postgres" / "sql" / "migrations"
-    version = len(list(folder.glob("[0-9][0-9][0-9][0-9]_*.sql")))
+def _schema_template(tree: Path) -> str:
+    """The ``schema.sql`` of another commit's checkout (``--ab``): its code runs on a
+    schema of its own making, so a migration in between (version 9 refuses claims
+    without a token) never meets the older statements."""
+    return (tree / "alkstore_trio" / "_engines" / "_postgres" / "sql" / "schema.sql").read_text()
+
+
+def _set_version(schema: str, version: int) -> int:
+    """Record ``version`` as the schema's; the version it had."""
+    table = f"{bp._sql.quote_ident(schema)}.alk_schema_version"
     with bp._admin() as admin:
-        admin.execute(
-            f"UPDATE {bp._sql.quote_ident(schema)}.alk_schema_version SET version = %s",
-            [version],
-        )
+        ((before,),) = admin.execute(f"SELECT version FROM {table}").fetchall()
+        admin.execute(f"UPDATE {table} SET version = %s", [version])
+    return int(before)
 
 
 def burn_once(variant: BurnVariant, jobs: int, log: Callable[[str], None]) -> dict[str, float]:
-    with bp.fresh_schema() as schema:
-        enqueue_s = prefill(schema, jobs)
-        if variant.pythonpath is not None:
-            _stamp_version_of(schema, Path(variant.pythonpath))
+    tree = None if variant.pythonpath is None else Path(variant.pythonpath)
+    with bp.fresh_schema(template=None if tree is None else _schema_template(tree)) as schema:
+        if tree is None:
+            enqueue_s = prefill(schema, jobs)
+        else:  # this code's enqueue (it writes what every version reads), then back
+            older = _set_version(schema, bp._sql.latest_version())
+            enqueue_s = prefill(schema, jobs)
+            _set_version(schema, older)
         with children(*variant.specs(schema), pythonpath=variant.pythonpath) as kids:
             t_go = time.perf_counter()
             for kid in kids:

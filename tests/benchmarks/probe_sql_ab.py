@@ -11,7 +11,14 @@ with ``git show``) beside the working tree's, and times the same work with each:
 - ``claim+retry``: ``claim(n=1)`` then ``retry(delay_s=0)`` below budget (the row goes
   back to pending and is claimed again);
 - ``claim+ack_claims``: ``claim(n=10)`` then ``ack_claims`` of the ten;
-- ``ack_claims_and_claim``: the worker's fused loop (D21), n=10.
+- ``ack_claims_and_claim``: the worker's fused loop (D21), n=10;
+- ``claim``: ``claim(n=10)`` alone (the rows stay processing);
+- ``heartbeat_claims``: one renewal of ten claims, again and again.
+
+Each side runs on the schema of its own commit (``schema.sql`` at the ref), so a
+migration's constraint (version 9 refuses a claim without a token) holds on each.
+The claim token of a claimed row is read where its side's statements put it: the
+``claim_token`` column from version 9 on (Q19.8), ``attempts`` before.
 
 Each version has its own schema, prefilled with ready jobs, and its own sync psycopg
 connection that prepares statements from their first use, as the engine's do (so the
@@ -53,6 +60,7 @@ import psycopg.conninfo
 from alkstore_trio._engines._postgres import _driver, _sql
 
 QUEUES_SQL = "alkstore_trio/_engines/_postgres/sql/queries.sql"
+SCHEMA_SQL = "alkstore_trio/_engines/_postgres/sql/schema.sql"
 #: Statements renamed by issue 7 (old name -> new name).
 RENAMES = {"enqueue": "enqueue_many", "bury": "fail"}
 QUEUE = "ab"
@@ -76,12 +84,17 @@ def dsn(async_commit: bool) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
+def at_ref(ref: str, path: str) -> str:
+    """The text of ``path`` at commit ``ref``."""
+    root = Path(__file__).parents[2]
+    return subprocess.run(
+        ["git", "show", f"{ref}:{path}"], cwd=root, check=True, capture_output=True
+    ).stdout.decode()
+
+
 def old_statements(ref: str, schema: str) -> dict[str, str]:
     """The statements of ``queries.sql`` at ``ref``, under today's names, for ``schema``."""
-    root = Path(__file__).parents[2]
-    text = subprocess.run(
-        ["git", "show", f"{ref}:{QUEUES_SQL}"], cwd=root, check=True, capture_output=True
-    ).stdout.decode()
+    text = at_ref(ref, QUEUES_SQL)
     library = _sql._parse_library(text)  # a file without fragments loads as it did
     return {
         RENAMES.get(name, name): _sql.render(body, schema)
@@ -99,7 +112,10 @@ class Side:
         self.channel = _sql.wake_channel(self.schema, QUEUE)
         admin = psycopg.connect(conninfo, autocommit=True)
         stack.callback(admin.close)
-        admin.execute(_sql.schema_sql(self.schema).encode())
+        schema_sql = _sql.render(at_ref(ref, SCHEMA_SQL), self.schema) if ref else None
+        admin.execute((schema_sql or _sql.schema_sql(self.schema)).encode())
+        #: Where a claimed row's token is: Q19.8's claim_token, else attempts.
+        self.token_at = 19 if "claim_token" in self.q["claim"] else 5
         stack.callback(admin.execute, f"DROP SCHEMA {_sql.quote_ident(self.schema)} CASCADE")
         self.admin = admin
         self.conn = psycopg.connect(conninfo, autocommit=True)
@@ -146,13 +162,30 @@ class Side:
             "keep_completed_s": None,  # Q19.2: not kept (the old text ignores it)
             "headers": "{}",
             "channel": self.channel,
+            "concurrency_key": None,  # Q18.8 (version 8): none
+            "concurrency_keys": None,
         }
 
     def claim(self, n: int) -> list[tuple[Any, ...]]:
-        return self.run("claim", {"queue": QUEUE, "worker_id": "ab", "n": n})
+        params = {"queue": QUEUE, "worker_id": "ab", "n": n, "token_base": token_base()}
+        return self.run("claim", params)
 
     def handle(self, row: tuple[Any, ...]) -> dict[str, object]:
-        return {"id": row[0], "queue": QUEUE, "token": row[5]}
+        return {"id": row[0], "queue": QUEUE, "token": row[self.token_at]}
+
+    def claims(self, rows: list[tuple[Any, ...]]) -> dict[str, object]:
+        """The (ids, tokens) arrays of the batch statements over ``rows``."""
+        return {
+            "queue": QUEUE,
+            "ids": _int_array([r[0] for r in rows]),
+            "tokens": _int_array([r[self.token_at] for r in rows]),
+        }
+
+
+def token_base() -> int:
+    """Q19.8: the claim's 62 random bits, drawn per statement as the engine does (a
+    statement of an older commit ignores the parameter)."""
+    return secrets.randbits(62)
 
 
 def _int_array(values: list[int]) -> str:
@@ -192,32 +225,38 @@ def op_claim_retry(side: Side, jobs: int) -> None:
 def op_claim_ack_claims(side: Side, jobs: int) -> None:
     for _ in range(jobs // 10):
         rows = side.claim(10)
-        params = {
-            "queue": QUEUE,
-            "ids": _int_array([r[0] for r in rows]),
-            "tokens": _int_array([r[5] for r in rows]),
-        }
-        assert len(side.run("ack_claims", params)) == 10
+        assert len(side.run("ack_claims", side.claims(rows))) == 10
 
 
 def op_fused(side: Side, jobs: int) -> None:
     rows = side.claim(10)
     for _ in range(jobs // 10 - 1):
         params = {
-            "queue": QUEUE,
-            "ids": _int_array([r[0] for r in rows]),
-            "tokens": _int_array([r[5] for r in rows]),
+            **side.claims(rows),
             "worker_id": "ab",
             "n": 10,
+            "token_base": token_base(),
         }
         result = side.run("ack_claims_and_claim", params)
         rows = [r[1:] for r in result if r[0] is None]
-    params = {
-        "queue": QUEUE,
-        "ids": _int_array([r[0] for r in rows]),
-        "tokens": _int_array([r[5] for r in rows]),
-    }
-    side.run("ack_claims", params)
+    side.run("ack_claims", side.claims(rows))
+
+
+def op_claim(side: Side, jobs: int) -> None:
+    for _ in range(jobs // 10):
+        assert len(side.claim(10)) == 10
+
+
+_HELD: dict[str, list[tuple[Any, ...]]] = {}
+
+
+def op_heartbeat_claims(side: Side, jobs: int) -> None:
+    rows = _HELD.get(side.schema)
+    if rows is None:
+        rows = _HELD[side.schema] = side.claim(10)
+    params = {**side.claims(rows), "extend_s": None}
+    for _ in range(jobs // 10):
+        assert len(side.run("heartbeat_claims", params)) == 10
 
 
 #: case -> (operation, jobs per chunk, whether the jobs it works on must be prefilled)
@@ -229,6 +268,8 @@ CASES: dict[str, tuple[Callable[[Side, int], None], int, bool]] = {
     "claim+retry": (op_claim_retry, 200, True),
     "claim+ack_claims": (op_claim_ack_claims, 500, True),
     "ack_claims_and_claim": (op_fused, 500, True),
+    "claim": (op_claim, 500, True),
+    "heartbeat_claims": (op_heartbeat_claims, 500, True),
 }
 
 

@@ -481,7 +481,7 @@ async def test_r7_cli_first_signal_drains_second_cancels_and_releases(mock_clock
             "releasing their jobs. A third signal exits at once (their leases then lapse)"
         ) in out.getvalue()
         job = await queue.get_job(job_id)
-        assert (job.state, job.attempts, job.last_error) == ("pending", 1, "worker stopped")
+        assert (job.state, job.attempts, job.last_error) == ("pending", 0, "worker stopped")
         assert summary_of(out.getvalue())["released"] == "1"
 
 
@@ -773,7 +773,7 @@ async def test_r7_cli_worker_sigterm_releases_what_outlives_the_grace(
         "SELECT state, attempts, last_error, claimed_by FROM @schema@.jobs WHERE id = %s",
         job_id,
     )
-    assert rows == [("pending", 1, "worker stopped", None)]
+    assert rows == [("pending", 0, "worker stopped", None)]
     assert summary_of(worker.stderr)["released"] == "1"
 
 
@@ -802,7 +802,7 @@ async def test_r7_cli_worker_second_sigint_cancels_the_handler_and_releases_its_
         "SELECT state, attempts, last_error FROM @schema@.jobs WHERE id = %s",
         job_id,
     )
-    assert rows == [("pending", 1, "worker stopped")]
+    assert rows == [("pending", 0, "worker stopped")]
     assert "SIGINT again: cancelling 1 running handler(s) now" in worker.stderr
     assert summary_of(worker.stderr)["released"] == "1"
 

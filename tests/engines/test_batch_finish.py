@@ -55,7 +55,7 @@ async def claimed(
         handles = await queue.claim_batch("w", 4)
         handles += await other.claim_batch("w", 1)
         claims = {
-            handle.job.payload.decode(): (handle.id, handle.job.attempts) for handle in handles
+            handle.job.payload.decode(): (handle.id, handle.job.claim_token) for handle in handles
         }
         assert sorted(claims) == sorted([*names, "other"])
         yield store, store._engine, claims

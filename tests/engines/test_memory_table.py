@@ -115,7 +115,7 @@ def test_q8_get_is_scoped_to_the_queue_and_sees_dead_rows():
     assert table.get(job_id, "b") is None
     assert table.get(999, "a") is None
     (job,) = table.claim("a", "w", 1, T0)
-    assert table.fail("a", [FailItem(job_id, job.attempts, None)], T0)[0]
+    assert table.fail("a", [FailItem(job_id, job.claim_token, None)], T0)[0]
     gone = table.get(job_id, "a")
     assert gone is not None
     assert gone.state == "dead"
@@ -126,7 +126,7 @@ def test_q8_jobs_lists_live_and_dead_rows_in_id_order():
     table = JobTable()
     first, second, third = (add(table) for _ in range(3))
     (job,) = table.claim("q", "w", 1, T0)
-    table.fail("q", [FailItem(job.id, job.attempts, None)], T0)[0]
+    table.fail("q", [FailItem(job.id, job.claim_token, None)], T0)[0]
     assert [j.id for j in table.jobs()] == [first, second, third]
     assert [j.state for j in table.jobs()] == ["dead", "pending", "pending"]
     assert len(table) == 3
@@ -227,10 +227,10 @@ def test_q3_reclaim_consumes_an_attempt():
     assert second.attempts == 2
     assert second.claimed_by == "w2"
     assert second.claim_expires_at == at(60) + ONE_US
-    assert not bool(table.ack("q", [Claim(job_id, first.attempts)], at(31))), (
+    assert not bool(table.ack("q", [Claim(job_id, first.claim_token)], at(31))), (
         "the old token is refused"
     )
-    assert bool(table.ack("q", [Claim(job_id, second.attempts)], at(31)))
+    assert bool(table.ack("q", [Claim(job_id, second.claim_token)], at(31)))
 
 
 def test_q3_reclaimed_rows_keep_their_place_in_the_claim_order():
@@ -255,7 +255,7 @@ def test_q3_pre_claim_sweep_dead_letters_lapsed_rows_at_budget():
     assert gone.died_at == at(11)
     assert gone.claimed_by == "w", "decision 1: claim fields kept"
     assert gone.attempts == 1
-    assert not bool(table.ack("q", [Claim(spent, job.attempts)], at(11)))
+    assert not bool(table.ack("q", [Claim(spent, job.claim_token)], at(11)))
 
 
 def test_q3_pre_claim_sweep_runs_even_when_nothing_is_claimable():
@@ -326,10 +326,10 @@ def test_q4_heartbeat_is_an_absolute_reset_and_moves_the_lease():
     table = JobTable()
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
-    assert bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 100, at(5)))
+    assert bool(table.heartbeat("q", [Claim(job_id, job.claim_token)], 100, at(5)))
     assert table.get(job_id, "q").claim_expires_at == at(105)  # type: ignore[union-attr]
     assert table.claim("q", "x", 1, at(50)) == [], "the old lease entry is stale"
-    assert bool(table.heartbeat("q", [Claim(job_id, job.attempts)], None, at(50)))
+    assert bool(table.heartbeat("q", [Claim(job_id, job.claim_token)], None, at(50)))
     assert table.get(job_id, "q").claim_expires_at == at(60)  # type: ignore[union-attr]
     assert table.claim("q", "x", 1, at(60)) == []
     (again,) = table.claim("q", "x", 1, at(60) + ONE_US)
@@ -341,7 +341,7 @@ def test_q4_late_heartbeat_is_refused_and_changes_nothing():
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
     before = table.get(job_id, "q")
-    assert not bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 100, at(10) + ONE_US))
+    assert not bool(table.heartbeat("q", [Claim(job_id, job.claim_token)], 100, at(10) + ONE_US))
     assert table.get(job_id, "q") == before
 
 
@@ -357,21 +357,21 @@ def test_q4_operations_are_refused_for_wrong_token_queue_or_id(operation):
         "fail": lambda q, i, tok: table.fail(q, [FailItem(i, tok, None)], at(1))[0],
     }
     call = calls[operation]
-    assert not call("a", job_id, job.attempts + 1)
+    assert not call("a", job_id, job.claim_token + 1)
     assert not call("a", job_id, 0)
-    assert not call("b", job_id, job.attempts)
-    assert not call("a", 999, job.attempts)
+    assert not call("b", job_id, job.claim_token)
+    assert not call("a", 999, job.claim_token)
     assert table.get(job_id, "a") == job
-    assert call("a", job_id, job.attempts)
+    assert call("a", job_id, job.claim_token)
 
 
 def test_q4_ack_deletes_the_row():
     table = JobTable()
     job_id = add(table)
     (job,) = table.claim("q", "w", 1, T0)
-    assert bool(table.ack("q", [Claim(job_id, job.attempts)], at(1)))
+    assert bool(table.ack("q", [Claim(job_id, job.claim_token)], at(1)))
     assert table.get(job_id, "q") is None
-    assert not bool(table.ack("q", [Claim(job_id, job.attempts)], at(1)))
+    assert not bool(table.ack("q", [Claim(job_id, job.claim_token)], at(1)))
     assert len(table) == 0
 
 
@@ -379,7 +379,7 @@ def test_q4_retry_below_budget_makes_the_row_claimable_after_the_delay():
     table = JobTable()
     job_id = add(table, max_attempts=3)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.retry("q", [RetryItem(job_id, job.attempts, "boom", 20)], at(1))[0]
+    assert table.retry("q", [RetryItem(job_id, job.claim_token, "boom", 20)], at(1))[0]
     row = table.get(job_id, "q")
     assert row is not None
     assert row.state == "pending"
@@ -394,7 +394,7 @@ def test_q4_retry_at_budget_dead_letters():
     table = JobTable()
     job_id = add(table, max_attempts=1)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.retry("q", [RetryItem(job_id, job.attempts, None, None)], at(1))[0]
+    assert table.retry("q", [RetryItem(job_id, job.claim_token, None, None)], at(1))[0]
     row = table.get(job_id, "q")
     assert row is not None
     assert row.state == "dead"
@@ -406,11 +406,11 @@ def test_q4_fail_dead_letters_now():
     table = JobTable()
     job_id = add(table, max_attempts=5)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.fail("q", [FailItem(job_id, job.attempts, None)], at(2))[0]
+    assert table.fail("q", [FailItem(job_id, job.claim_token, None)], at(2))[0]
     row = table.get(job_id, "q")
     assert row is not None
     assert (row.state, row.last_error, row.died_at) == ("dead", FAILED, at(2))
-    assert not table.fail("q", [FailItem(job_id, job.attempts, None)], at(2))[0]
+    assert not table.fail("q", [FailItem(job_id, job.claim_token, None)], at(2))[0]
 
 
 # -- Q6 ack_batch --------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def test_q6_ack_batch_counts_only_valid_processing_rows_of_this_queue():
     table.claim("q", "w3", 1, T0)
     dead_id = add(table)
     (dying,) = table.claim("q", "w", 1, T0)
-    table.fail("q", [FailItem(dead_id, dying.attempts, None)], T0)[0]
+    table.fail("q", [FailItem(dead_id, dying.claim_token, None)], T0)[0]
     pending_id = add(table)
     other_queue = add(table, queue="other")
     table.claim("other", "w", 1, T0)
@@ -472,14 +472,14 @@ def test_r2_ack_claims_deletes_only_valid_claims_with_their_token():
     (o,) = table.claim("other", "w1", 1, T0)
     (reclaimed,) = table.claim("q", "w2", 1, at(6))  # stale_token, attempts now 2
     assert reclaimed.id == stale_token
-    claims = [(valid, v.attempts), (stale_token, s.attempts), (lapsed, lp.attempts)]
-    claims += [(other_queue, o.attempts), (10**12, 1), (valid, v.attempts)]
+    claims = [(valid, v.claim_token), (stale_token, s.claim_token), (lapsed, lp.claim_token)]
+    claims += [(other_queue, o.claim_token), (10**12, 1), (valid, v.claim_token)]
     assert table.ack("q", claims, at(6)) == [valid]
     assert table.get(valid, "q") is None
     assert table.get(stale_token, "q").attempts == 2  # type: ignore[union-attr]
     assert table.get(lapsed, "q").state == "processing"  # type: ignore[union-attr]
     assert table.get(other_queue, "other").state == "processing"  # type: ignore[union-attr]
-    assert table.ack("q", [(stale_token, 2)], at(6)) == [stale_token]
+    assert table.ack("q", [(stale_token, reclaimed.claim_token)], at(6)) == [stale_token]
     assert table.ack("q", [], at(6)) == []
 
 
@@ -491,7 +491,7 @@ def test_r2_ack_claims_and_claim_acks_then_claims_at_one_now():
     fresh = add(table, priority=1)
     (d, lp, sp) = table.claim("q", "w1", 3, T0)
     acked, claimed = table.ack_and_claim(
-        "q", [(done, d.attempts), (lapsed, lp.attempts)], "w2", 5, at(6)
+        "q", [(done, d.claim_token), (lapsed, lp.claim_token)], "w2", 5, at(6)
     )
     # The valid ack went through; the lapsed one was refused and its job reclaimed by
     # the claim part (attempt 2); the spent one was swept; the fresh one claimed.
@@ -515,7 +515,7 @@ def test_r2_ack_claims_and_claim_with_n_zero_only_acks():
     add(table)
     (d,) = table.claim("q", "w1", 1, T0)
     table.claim("q", "w1", 1, at(1))
-    assert table.ack_and_claim("q", [(done, d.attempts)], "w2", 0, at(10)) == ([done], [])
+    assert table.ack_and_claim("q", [(done, d.claim_token)], "w2", 0, at(10)) == ([done], [])
     assert table.get(spent, "q").state == "processing"  # type: ignore[union-attr]
 
 
@@ -533,9 +533,9 @@ def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
     (o,) = table.claim("other", "w1", 1, T0)
     (reclaimed,) = table.claim("q", "w2", 1, at(6))  # stale_token, attempts now 2
     assert reclaimed.id == stale_token
-    claims = [(valid, v.attempts), (stale_token, s.attempts), (lapsed, lp.attempts)]
-    claims += [(short, sh.attempts), (other_queue, o.attempts), (10**12, 1)]
-    claims += [(valid, v.attempts)]
+    claims = [(valid, v.claim_token), (stale_token, s.claim_token), (lapsed, lp.claim_token)]
+    claims += [(short, sh.claim_token), (other_queue, o.claim_token), (10**12, 1)]
+    claims += [(valid, v.claim_token)]
     before = {job_id: table.get(job_id, "q") for job_id in (stale_token, lapsed)}
     # Default: each row's own visibility_timeout_s, an absolute reset from now.
     assert table.heartbeat("q", claims, None, at(6)) == [valid, short]
@@ -548,7 +548,8 @@ def test_r2_heartbeat_claims_renews_only_valid_claims_with_their_token():
     assert [job.id for job in table.claim("q", "w3", 10, at(11))] == [lapsed]
     assert table.get(short, "q").attempts == 1  # type: ignore[union-attr]
     # An explicit extend_s may shorten the lease.
-    assert table.heartbeat("q", [(valid, 1), (short, 1)], 2, at(12)) == [valid, short]
+    claims = [(valid, v.claim_token), (short, sh.claim_token)]
+    assert table.heartbeat("q", claims, 2, at(12)) == [valid, short]
     assert table.get(valid, "q").claim_expires_at == at(14)  # type: ignore[union-attr]
     assert table.heartbeat("q", [], None, at(12)) == []
 
@@ -561,7 +562,7 @@ def test_r2_retry_claims_retries_only_valid_claims_with_their_token():
     stale_token = add(table, visibility_timeout_s=5)
     lapsed = add(table, visibility_timeout_s=5)
     other_queue = add(table, queue="other", visibility_timeout_s=100)
-    tokens = {job.id: job.attempts for job in table.claim("q", "w1", 5, T0)}
+    tokens = {job.id: job.claim_token for job in table.claim("q", "w1", 5, T0)}
     (o,) = table.claim("other", "w1", 1, T0)
     (reclaimed,) = table.claim("q", "w2", 1, at(6))
     assert reclaimed.id == stale_token  # attempts now 2
@@ -571,7 +572,7 @@ def test_r2_retry_claims_retries_only_valid_claims_with_their_token():
         (again, tokens[again], "boom", 7.0),
         (stale_token, tokens[stale_token], None, 0.0),
         (spent, tokens[spent], "last", 3.0),
-        (other_queue, o.attempts, None, 0.0),
+        (other_queue, o.claim_token, None, 0.0),
         (spent_default, tokens[spent_default], None, None),
         (10**12, 1, None, 0.0),
     ]
@@ -600,7 +601,7 @@ def test_r2_fail_claims_dead_letters_only_valid_claims_with_their_token():
     unnamed = add(table, visibility_timeout_s=100, max_attempts=10)
     stale_token = add(table, visibility_timeout_s=5)
     lapsed = add(table, visibility_timeout_s=5)
-    tokens = {job.id: job.attempts for job in table.claim("q", "w1", 4, T0)}
+    tokens = {job.id: job.claim_token for job in table.claim("q", "w1", 4, T0)}
     (reclaimed,) = table.claim("q", "w2", 1, at(6))
     assert reclaimed.id == stale_token
     before = {job_id: table.get(job_id, "q") for job_id in (stale_token, lapsed)}
@@ -632,7 +633,7 @@ def test_r2_retry_and_fail_claims_apply_a_job_listed_twice_once_by_its_first_val
     table = JobTable()
     retried = add(table, visibility_timeout_s=100)
     failed = add(table, visibility_timeout_s=100)
-    tokens = {job.id: job.attempts for job in table.claim("q", "w", 2, T0)}
+    tokens = {job.id: job.claim_token for job in table.claim("q", "w", 2, T0)}
     items = [
         (retried, tokens[retried] + 1, "wrong token", 0.0),
         (retried, tokens[retried], "first", 3.0),
@@ -659,12 +660,12 @@ def test_q7_cancel_deletes_pending_and_processing_but_not_dead():
     assert table.cancel("q", waiting)
     assert table.cancel("q", held)
     assert not table.cancel("q", held)
-    assert not bool(table.ack("q", [Claim(held, job.attempts)], at(1))), (
+    assert not bool(table.ack("q", [Claim(held, job.claim_token)], at(1))), (
         "the holder's ack is refused"
     )
     dead_id = add(table)
     (dying,) = table.claim("q", "w", 1, T0)
-    table.fail("q", [FailItem(dead_id, dying.attempts, None)], T0)[0]
+    table.fail("q", [FailItem(dead_id, dying.claim_token, None)], T0)[0]
     assert not table.cancel("q", dead_id)
     assert table.get(dead_id, "q") is not None
     assert not table.cancel("q", 12345)
@@ -696,7 +697,7 @@ def test_q9_sweep_dead_letters_expired_pending_and_processing_rows():
         assert (row.state, row.last_error, row.died_at) == ("dead", EXPIRED, at(10) + ONE_US)
     assert table.get(fresh, "q").state == "pending"  # type: ignore[union-attr]
     assert table.get(forever, "q").state == "pending"  # type: ignore[union-attr]
-    assert not bool(table.ack("q", [Claim(held, job.attempts)], at(11)))
+    assert not bool(table.ack("q", [Claim(held, job.claim_token)], at(11)))
     assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
 
 
@@ -705,7 +706,7 @@ def test_q9_sweep_skips_rows_that_already_left():
     acked = add(table, expires_in_s=10)
     cancelled = add(table, expires_in_s=10)
     (job,) = table.claim("q", "w", 1, T0)
-    bool(table.ack("q", [Claim(acked, job.attempts)], T0))
+    bool(table.ack("q", [Claim(acked, job.claim_token)], T0))
     table.cancel("q", cancelled)
     assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
 
@@ -733,7 +734,7 @@ def test_q9_retention_purges_in_died_at_order_strictly_after_retention():
     second = add(table, max_attempts=1)
     third = add(table, max_attempts=5)
     jobs = table.claim("q", "w", 3, T0)
-    tokens = {job.id: job.attempts for job in jobs}
+    tokens = {job.id: job.claim_token for job in jobs}
     table.fail("q", [FailItem(first, tokens[first], None)], at(10))[0]
     table.retry("q", [RetryItem(second, tokens[second], None, None)], at(20))[0]  # at budget: dead
     table.fail("q", [FailItem(third, tokens[third], "x")], at(30))[0]
@@ -779,7 +780,9 @@ def test_q3_heartbeaten_many_times_is_handed_out_once():
     job_id = add(table, visibility_timeout_s=10)
     (job,) = table.claim("q", "w", 1, T0)
     for i in range(500):
-        assert bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 1 + (i % 7), at(i * 0.001)))
+        assert bool(
+            table.heartbeat("q", [Claim(job_id, job.claim_token)], 1 + (i % 7), at(i * 0.001))
+        )
     # Every older lease entry has lapsed by now; only the newest may surface.
     later = at(100)
     reclaimed = table.claim("q", "x", 100, later)
@@ -796,7 +799,7 @@ def test_q3_retried_many_times_is_handed_out_once_per_claim():
         (job,) = table.claim("q", "w", 1, at(i))
         assert job.id == job_id
         assert job.attempts == i + 1
-        assert table.retry("q", [RetryItem(job_id, job.attempts, None, 0)], at(i))[0]
+        assert table.retry("q", [RetryItem(job_id, job.claim_token, None, 0)], at(i))[0]
     batch = table.claim("q", "w", 1000, at(301))
     assert ids(batch) == [job_id, *others]
 
@@ -806,7 +809,7 @@ def test_q3_retried_with_delays_leaves_no_early_ghosts():
     job_id = add(table, max_attempts=1000)
     for i in range(50):
         (job,) = table.claim("q", "w", 1, at(i * 100))
-        assert table.retry("q", [RetryItem(job_id, job.attempts, None, 50 + i)], at(i * 100))[0]
+        assert table.retry("q", [RetryItem(job_id, job.claim_token, None, 50 + i)], at(i * 100))[0]
     # The latest retry set run_at = 4900 + 99. Earlier (stale) delayed entries surface
     # first but must not hand the job out early.
     assert table.claim("q", "w", 10, at(4900 + 98)) == []
@@ -819,15 +822,15 @@ def test_q3_finished_jobs_are_never_resurrected(how):
     job_id = add(table, visibility_timeout_s=10, max_attempts=1, expires_in_s=50)
     (job,) = table.claim("q", "w", 1, T0)
     for i in range(20):
-        bool(table.heartbeat("q", [Claim(job_id, job.attempts)], 1 + i, at(0.5)))
+        bool(table.heartbeat("q", [Claim(job_id, job.claim_token)], 1 + i, at(0.5)))
     if how == "cancel":
         assert table.cancel("q", job_id)
     elif how == "ack":
-        assert bool(table.ack("q", [Claim(job_id, job.attempts)], at(1)))
+        assert bool(table.ack("q", [Claim(job_id, job.claim_token)], at(1)))
     elif how == "fail":
-        assert table.fail("q", [FailItem(job_id, job.attempts, None)], at(1))[0]
+        assert table.fail("q", [FailItem(job_id, job.claim_token, None)], at(1))[0]
     elif how == "retry_at_budget":
-        assert table.retry("q", [RetryItem(job_id, job.attempts, None, None)], at(1))[0]
+        assert table.retry("q", [RetryItem(job_id, job.claim_token, None, None)], at(1))[0]
     else:
         assert table.ack_batch("q", [job_id], at(1)) == 1
     before = table.get(job_id, "q")
@@ -860,10 +863,10 @@ def test_q3_no_row_is_handed_out_twice_within_one_claim_under_churn():
         assert len(handed) == len(set(handed))
         assert sorted(handed) == job_ids, "every job, each once (lapsed ones reclaimed)"
         for job in batch[::3]:
-            bool(table.heartbeat("q", [Claim(job.id, job.attempts)], 1, now))
-            bool(table.heartbeat("q", [Claim(job.id, job.attempts)], 2, now))
+            bool(table.heartbeat("q", [Claim(job.id, job.claim_token)], 1, now))
+            bool(table.heartbeat("q", [Claim(job.id, job.claim_token)], 2, now))
         for job in batch[1::3]:
-            table.retry("q", [RetryItem(job.id, job.attempts, None, 0)], now)[0]
+            table.retry("q", [RetryItem(job.id, job.claim_token, None, 0)], now)[0]
 
 
 # -- a clock set backwards: the heaps are rebuilt ------------------------------------------
@@ -891,7 +894,7 @@ def test_q3_clock_backwards_a_lapsed_claim_is_valid_again_then_lapses_again():
     # Back to t=20: the claim is valid again, so it is not reclaimable.
     assert table.claim("q", "x", 5, at(20)) == []
     # The holder's claim is valid again: it can heartbeat (deadline t=50) ...
-    assert bool(table.heartbeat("q", [Claim(held, job.attempts)], None, at(20)))
+    assert bool(table.heartbeat("q", [Claim(held, job.claim_token)], None, at(20)))
     # ... and the stale ready entry from t=40 must not hand the row out early.
     assert table.claim("q", "x", 5, at(40)) == []
     assert table.claim("q", "x", 5, at(50)) == []
@@ -916,8 +919,8 @@ def test_q4_clock_backwards_the_holder_may_heartbeat_again():
     table = JobTable()
     held = add(table, visibility_timeout_s=30)
     (job,) = table.claim("q", "w", 1, T0)
-    assert not bool(table.heartbeat("q", [Claim(held, job.attempts)], None, at(31)))
-    assert bool(table.heartbeat("q", [Claim(held, job.attempts)], 100, at(10)))
+    assert not bool(table.heartbeat("q", [Claim(held, job.claim_token)], None, at(31)))
+    assert bool(table.heartbeat("q", [Claim(held, job.claim_token)], 100, at(10)))
     assert table.claim("q", "x", 1, at(50)) == [], "the new deadline is t=110"
     assert len(table.claim("q", "x", 1, at(110) + ONE_US)) == 1
 
@@ -968,7 +971,7 @@ def test_q3_a_claim_that_raises_leaves_the_row_claimable(monkeypatch):
     job_id = add(table)
     real = _transitions.claimed
 
-    def broken(job, worker_id, now):
+    def broken(job, worker_id, now, token):
         raise RuntimeError("transition failed")
 
     monkeypatch.setattr(_transitions, "claimed", broken)
@@ -985,7 +988,7 @@ def test_r2_retry_claims_that_raises_changes_nothing():
     table = JobTable()
     first = add(table, visibility_timeout_s=100)
     second = add(table, visibility_timeout_s=100)
-    tokens = {job.id: job.attempts for job in table.claim("q", "w", 2, T0)}
+    tokens = {job.id: job.claim_token for job in table.claim("q", "w", 2, T0)}
     before = list(table.jobs())
     items = [(first, tokens[first], "ok", 0.0), (second, tokens[second], None, None)]
     with pytest.raises(ValueError, match="resolved delay"):
@@ -1093,11 +1096,11 @@ def test_d24_a_row_dead_again_after_a_redrive_keeps_its_new_retention():
     table = JobTable()
     job_id = add(table)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.fail("q", [FailItem(job_id, job.attempts, None)], T0)[0]
+    assert table.fail("q", [FailItem(job_id, job.claim_token, None)], T0)[0]
     assert table.requeue_dead("q", None, at(50)) == 1
     (job,) = table.claim("q", "w", 1, at(50))
     assert job.attempts == 1
-    assert table.fail("q", [FailItem(job_id, job.attempts, None)], at(50))[0]
+    assert table.fail("q", [FailItem(job_id, job.claim_token, None)], at(50))[0]
     # The entry of the first death (T0) surfaces first: it must not purge the second.
     assert table.sweep_expired("q", 10, at(20)) == SweepResult(0, 0)
     assert table.get(job_id, "q") is not None
@@ -1108,7 +1111,7 @@ def test_d25_purge_dead_then_sweep_counts_nothing_twice():
     table = JobTable()
     job_id = add(table)
     (job,) = table.claim("q", "w", 1, T0)
-    assert table.fail("q", [FailItem(job_id, job.attempts, None)], T0)[0]
+    assert table.fail("q", [FailItem(job_id, job.claim_token, None)], T0)[0]
     assert table.purge_dead("q", 5, at(5)) == 0
     assert table.purge_dead("q", 5, at(5) + ONE_US) == 1
     assert table.sweep_expired("q", 0, at(100)) == SweepResult(0, 0)

@@ -212,6 +212,7 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
         fields = {
             "id": job.id,
             "attempt": job.attempts,
+            "claim_token": job.claim_token,
             "claimed_at": _epoch(job.claimed_at),
             "claim_expires_at": _epoch(job.claim_expires_at),
         }

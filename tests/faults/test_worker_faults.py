@@ -226,7 +226,7 @@ async def test_r7_sigterm_drains_and_releases(pg_dsn, schema, open_fleet, figure
         rows = await fleet.fetch(
             "SELECT id, state, attempts, last_error, claimed_by FROM {schema}.jobs ORDER BY id"
         )
-        assert rows == [(job_id, "pending", 1, "worker stopped", None) for job_id in long]
+        assert rows == [(job_id, "pending", 0, "worker stopped", None) for job_id in long]
         assert await fleet.count("dead_jobs") == 0
         report = await fleet.check_history(short + long)
 
@@ -281,7 +281,7 @@ async def test_r7_a_second_sigterm_cancels_at_once_and_releases(
         rows = await fleet.fetch(
             "SELECT id, state, attempts, last_error, claimed_by FROM {schema}.jobs ORDER BY id"
         )
-        assert rows == [(job_id, "pending", 1, "worker stopped", None) for job_id in ids]
+        assert rows == [(job_id, "pending", 0, "worker stopped", None) for job_id in ids]
         report = await fleet.check_history(ids)
     assert {r["id"]: r["outcome"] for r in worker.events("handler_end")} == dict.fromkeys(
         ids, "cancelled"

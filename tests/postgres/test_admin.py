@@ -56,6 +56,8 @@ def test_admin_upgrade_notes_are_for_existing_schemas_crossing_a_version():
     assert postgres.upgrade_notes(0, 3) == ()
     assert postgres.upgrade_notes(2, 3) == (postgres.UPGRADE_NOTES[3],)
     assert postgres.upgrade_notes(3, 3) == ()
+    assert postgres.upgrade_notes(8, 9) == (postgres.UPGRADE_NOTES[9],)
+    assert postgres.upgrade_notes(2, 9) == (postgres.UPGRADE_NOTES[3], postgres.UPGRADE_NOTES[9])
 
 
 async def test_admin_and_open_store_fail_at_once_on_a_closed_port(closed_port_dsn):

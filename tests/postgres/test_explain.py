@@ -59,7 +59,7 @@ _LOAD_JOBS = """
 INSERT INTO {schema}.jobs (
     queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error
+    claim_expires_at, last_error, claim_token
 )
 SELECT
     (ARRAY['emails', 'emails', 'emails', 'emails', 'reports', 'reports', 'webhooks',
@@ -81,7 +81,8 @@ SELECT
     CASE WHEN r.state = 'processing' THEN r.now - r.r3 * interval '10 minutes' END,
     CASE WHEN r.state = 'processing' AND r.r3 < 0.2 THEN r.now - r.r3 * interval '1 hour'
          WHEN r.state = 'processing' THEN r.now + r.r3 * interval '5 minutes' END,
-    CASE WHEN r.state = 'pending' AND r.r3 >= 0.8 THEN 'connection reset' END
+    CASE WHEN r.state = 'pending' AND r.r3 >= 0.8 THEN 'connection reset' END,
+    CASE WHEN r.state = 'processing' THEN r.g * 7919 END
 FROM (
     SELECT g, random() AS r1, random() AS r3, random() AS r4, random() AS r5,
         CASE WHEN random() < 0.95 THEN 'pending' ELSE 'processing' END AS state,
@@ -119,7 +120,7 @@ _LOAD_COMPLETED_JOBS = """
 INSERT INTO {schema}.completed_jobs (
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, claimed_by, claimed_at, claim_expires_at,
-    keep_completed_s, completed_at, purge_at, result
+    claim_token, keep_completed_s, completed_at, purge_at, result
 )
 SELECT
     %(first_id)s + r.g,
@@ -128,7 +129,7 @@ SELECT
     convert_to('{{"order": ' || r.g || '}}', 'UTF8'),
     0, 'completed', 1, 3, r.done - interval '1 hour', r.done - interval '2 hours', 300, 5,
     'worker-' || r.g %% 50, r.done - interval '5 minutes', r.done + interval '5 minutes',
-    86400, r.done, r.done + interval '1 day', convert_to('{{"ok": true}}', 'UTF8')
+    r.g, 86400, r.done, r.done + interval '1 day', convert_to('{{"ok": true}}', 'UTF8')
 FROM (
     SELECT g, statement_timestamp() - random() * interval '2 days' AS done
     FROM generate_series(1, %(rows)s) AS g
@@ -175,7 +176,7 @@ def loaded(request: pytest.FixtureRequest, pg_dsn: str) -> Iterator[Loaded]:
                 )
             )
             pick = pgsql.SQL(
-                "SELECT id, attempts FROM {}.jobs WHERE queue = %s AND state = %s "
+                "SELECT id, claim_token FROM {}.jobs WHERE queue = %s AND state = %s "
                 "ORDER BY id LIMIT 100"
             )
             pending = conn.execute(pick.format(quoted), [QUEUE, "pending"]).fetchall()
@@ -283,8 +284,8 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ),
         ],
         "claim": [
-            ("one", {"queue": QUEUE, "worker_id": "worker-1", "n": 1}),
-            ("batch", {"queue": QUEUE, "worker_id": "worker-1", "n": 100}),
+            ("one", {"queue": QUEUE, "worker_id": "worker-1", "n": 1, "token_base": 12345}),
+            ("batch", {"queue": QUEUE, "worker_id": "worker-1", "n": 100, "token_base": 12345}),
         ],
         "heartbeat": [("default", {**handle, "extend_s": None})],
         "ack": [("token", handle)],
@@ -310,6 +311,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "tokens": [data.processing_token] * len(data.processing_ids[:10]),
                     "worker_id": "worker-1",
                     "n": 1,
+                    "token_base": 12345,
                 },
             ),
             (
@@ -320,6 +322,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "tokens": [data.processing_token] * len(data.processing_ids),
                     "worker_id": "worker-1",
                     "n": 100,
+                    "token_base": 12345,
                 },
             ),
         ],
@@ -345,6 +348,18 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     + ["boom"] * (len(data.processing_ids) % 2),
                     "delays": [10.0, None] * (len(data.processing_ids) // 2)
                     + [0.0] * (len(data.processing_ids) % 2),
+                },
+            )
+        ],
+        "release_claims": [
+            (
+                "pairs",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "error": "worker stopped",
+                    "channel": _sql.wake_channel(data.schema, QUEUE),
                 },
             )
         ],
@@ -395,6 +410,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "results": [b"ok"] * len(data.processing_ids),
                     "worker_id": "worker-1",
                     "n": 10,
+                    "token_base": 12345,
                 },
             )
         ],
@@ -530,11 +546,11 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         ],
         "lock_limits": [("one queue", {"queue": QUEUE})],
         "claim_limited": [
-            ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10}),
+            ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10, "token_base": 1}),
         ],
         # Q18.8: the per-key claim.
         "claim_per_key": [
-            ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10}),
+            ("a worker's batch", {"queue": QUEUE, "worker_id": "w", "n": 10, "token_base": 1}),
         ],
         "wake": [("one queue", {"channel": _sql.wake_channel(data.schema, QUEUE)})],
         # Q15: the keyed enqueue's two statements.
@@ -669,7 +685,13 @@ def test_explain_no_query_scans_jobs_or_dead_jobs_sequentially(
 
 #: The R2 batch statements over (id, claim token) items (D18-D20): they must reach their
 #: rows by primary key, never by a walk of a queue's pending rows or leases.
-BATCH_CLAIM_QUERIES = ["ack_claims", "fail_claims", "heartbeat_claims", "retry_claims"]
+BATCH_CLAIM_QUERIES = [
+    "ack_claims",
+    "fail_claims",
+    "heartbeat_claims",
+    "release_claims",
+    "retry_claims",
+]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -779,13 +801,13 @@ JOB_QUERIES = {
     "list_completed": 1,  # Q19.2
 }
 #: The Job fields as those statements return them: the columns of ``jobs`` up to
-#: ``last_error``, the headers (NULL when empty), ``died_at``, the unique key (Q15) and
-#: the concurrency key (Q18.8).
+#: ``last_error``, the headers (NULL when empty), ``died_at``, the unique key (Q15), the
+#: claim token (Q19.8) and the concurrency key (Q18.8).
 JOB_COLUMNS = [
     "id", "queue", "payload", "priority", "state", "attempts", "max_attempts", "run_at",
     "enqueued_at", "visibility_timeout_s", "backoff_base_s", "expires_at", "claimed_by",
     "claimed_at", "claim_expires_at", "last_error", "nullif(headers, '{}'::jsonb)", "died_at",
-    "unique_key", "concurrency_key", "keep_completed_s",
+    "unique_key", "claim_token", "concurrency_key", "keep_completed_s",
 ]  # fmt: skip
 
 
@@ -886,10 +908,11 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
         "claimed",
     ]  # fmt: skip
     returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
-    assert returned[-5:] == [
+    assert returned[-6:] == [
         "nullif(j.headers, '{}'::jsonb) AS headers",
         "NULL::timestamptz AS died_at",
         "j.unique_key",
+        "j.claim_token",  # Q19.8
         "j.concurrency_key",
         "j.keep_completed_s",
     ]

@@ -23,7 +23,7 @@ import pytest
 
 from alkstore_trio import Headers, Job, QueueOpts, Store
 from alkstore_trio._core import NO_HEADERS, EnqueueSpec
-from alkstore_trio._engines._postgres import _backend, _sql
+from alkstore_trio._engines._postgres import _backend, _enqueue, _sql
 from alkstore_trio.testing._postgres import PostgresHarness
 
 #: Values PostgreSQL or the JSON on the way could mangle, under names whose ``jsonb``
@@ -193,7 +193,7 @@ async def test_d30_enqueues_with_different_headers_are_separate_statements(store
         *specs(None, b"d"),
         *specs({"k": "1"}, b"e"),
     ]
-    assert [len(group) for group in _backend._groups(batch)] == [2, 1, 1, 1]
+    assert [len(group) for group in _enqueue.groups(batch)] == [2, 1, 1, 1]
     ids = await store._engine.enqueue(batch)
     got = [await store.queue("split").get_job(job_id) for job_id in ids]
     assert [dict(job.headers) for job in got if job is not None] == [
@@ -204,7 +204,7 @@ async def test_d30_enqueues_with_different_headers_are_separate_statements(store
 def test_d30_headers_are_sent_as_json_text():
     # An untyped str parameter the statement casts to jsonb: '{}' for none (no JSON
     # encoding on the usual path), else ASCII JSON whatever the connection's encoding.
-    assert _backend._headers_json(NO_HEADERS) == "{}"
-    text = _backend._headers_json(Headers({"b": "é", "a": '"'}))
+    assert _enqueue.headers_json(NO_HEADERS) == "{}"
+    text = _enqueue.headers_json(Headers({"b": "é", "a": '"'}))
     assert text == '{"a": "\\"", "b": "\\u00e9"}'
     assert text.isascii()

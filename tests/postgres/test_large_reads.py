@@ -70,10 +70,10 @@ async def test_q8_every_payload_size_reads_back_whole_live_and_dead(pg_dsn, pg_s
         assert dead.payload == _payload(2 * SLICE + 3)
 
 
-#: A read's row: the 21 job fields (payload NULL: sent apart), completed_at, the result
+#: A read's row: the 22 job fields (payload NULL: sent apart), completed_at, the result
 #: (NULL: none, or sent apart), the result's size, the payload's size.
 def _row(payload_size: int, result_size: int | None = None) -> tuple[object, ...]:
-    return (7, "blobs", None, *([None] * 18), None, None, result_size, payload_size)
+    return (7, "blobs", None, *([None] * 19), None, None, result_size, payload_size)
 
 
 async def test_q8_a_job_that_leaves_between_its_row_and_a_slice_reads_as_gone():

@@ -158,14 +158,14 @@ def test_queries_the_file_writes_each_shared_piece_once(piece: str):
 
 def test_queries_the_job_fields_are_the_fields_the_backend_reads_in_its_order():
     # _backend._job reads rows by position: id .. last_error, headers, died_at, unique_key,
-    # concurrency_key.
+    # claim_token (Q19.8), concurrency_key.
     body = " ".join(LIBRARY.fragments["job_fields"].body.split())
     assert body == (
         "j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attempts, "
         "j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, "
         "j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error, "
         "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key, "
-        "j.concurrency_key, j.keep_completed_s"
+        "j.claim_token, j.concurrency_key, j.keep_completed_s"
     )
 
 
@@ -191,6 +191,7 @@ CONTRACT_WORDS |= {
     "complete_claims", "complete_claims_and_claim", "list_completed", "result_slice",
     "purge_completed",
 }  # fmt: skip
+CONTRACT_WORDS |= {"release_claims"}  # Q19.8
 
 
 def test_queries_statements_are_named_after_the_contract():

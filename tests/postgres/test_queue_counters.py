@@ -132,11 +132,11 @@ async def test_d27_counter_updates_stay_heap_only_with_every_shard_of_the_queue_
         )
         async with conn.transaction():
             claimed = await conn.execute(
-                queries["claim"], {"queue": "hot", "worker_id": "w", "n": acks}
+                queries["claim"], {"queue": "hot", "worker_id": "w", "n": acks, "token_base": 7}
             )
             assert len(claimed) == acks
             for row in claimed:
-                params = {"queue": "hot", "id": row[0], "token": row[5]}
+                params = {"queue": "hot", "id": row[0], "token": row[19]}  # claim_token
                 assert await conn.execute(queries["ack"], params) == [(row[0],)]
             ((updated, hot),) = await conn.execute(
                 "SELECT pg_catalog.pg_stat_get_xact_tuples_updated(%(t)s::regclass), "

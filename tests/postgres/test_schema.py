@@ -223,27 +223,48 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
         indexes.keys()
     )
     assert "ON @schema@.jobs" in indexes["jobs_claim_idx"]
-    assert [row[0] for row in from_migrations["functions"]] == ["alk_now"]
+    assert [row[0] for row in from_migrations["functions"]] == ["alk_now", "enqueue"]
     assert "statement_timestamp()" in from_migrations["functions"][0][2]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 20
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 20
-    # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key and (Q19.2)
-    # the stamp keep_completed_s, last in both tables: a jsonb object that defaults to
-    # '{}', and nullable columns without a default (catalog-only adds).
+    # Q20.4: the enqueue function, with QueueOpts()'s stamps as its defaults and the
+    # library's unique-key lock and wake.
+    enqueue_def = from_migrations["functions"][1][2]
+    for default in (
+        "max_attempts bigint DEFAULT 3",
+        "visibility_timeout_s double precision DEFAULT 300",
+        "backoff_base_s double precision DEFAULT 5",
+        "expires_in_s double precision DEFAULT NULL",
+    ):
+        assert default in enqueue_def, default
+    assert "pg_advisory_xact_lock" in enqueue_def
+    assert "pg_notify(channel, due)" in enqueue_def
+    assert "Q20.4" in from_migrations["functions"][1][3]
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 21
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 21
+    # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key, (Q19.8)
+    # the claim token and (Q19.2) the stamp keep_completed_s, last in both tables: a jsonb
+    # object that defaults to '{}', and nullable columns without a default (catalog-only
+    # adds).
     for table in ("jobs", "dead_jobs"):
-        *_, headers, key, group, keep = [
+        *_, headers, key, group, token, keep = [
             row for row in from_migrations["columns"] if row[0] == table
         ]
         assert headers[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), headers
         assert key[1:5] == ("unique_key", "text", False, None), key
         assert group[1:5] == ("concurrency_key", "text", False, None), group
+        assert token[1:5] == ("claim_token", "bigint", False, None), token
         assert keep[1:5] == ("keep_completed_s", "double precision", False, None), keep
     # Q19.2: the history table, off the live table, with its purge and list indexes.
     assert relations["completed_jobs"] == "r"
     assert "(queue, purge_at)" in indexes["completed_jobs_purge_idx"]
     assert "(queue, state, id)" in indexes["completed_jobs_list_idx"]
     completed = [row[1] for row in from_migrations["columns"] if row[0] == "completed_jobs"]
-    assert completed[-4:] == ["keep_completed_s", "completed_at", "purge_at", "result"]
+    assert completed[-5:] == [
+        "claim_token",
+        "keep_completed_s",
+        "completed_at",
+        "purge_at",
+        "result",
+    ]
     # Q18.8: the per-key indexes hold keyed rows only (keyless enqueues pay nothing), and
     # `limited` counts the per-key limit.
     for name in ("jobs_key_claim_idx", "jobs_key_lease_idx"):
@@ -419,6 +440,55 @@ async def test_d30_a_version_2_schema_with_jobs_migrates_to_headers_without_a_re
         job = await old.get_job(job_id)
         assert job is not None
         assert job.headers == {"traceparent": "00-ab-cd-01"}
+
+
+async def test_q19_8_a_version_8_claim_is_refused_by_the_named_constraint(pg_dsn, admin, schemas):
+    # Migration 9 gives the rows being processed a token (their version-8 holders go on
+    # checking attempts) and refuses every claim that sets no token: a version-8 worker's
+    # claim fails with the constraint's name in the error, and changes nothing.
+    schema = new_schema_name("v8")
+    schemas.append(schema)
+    await create_at_version(admin, schema, 8)
+    quoted = _sql.quote_ident(schema)
+    await admin.execute(
+        f"INSERT INTO {quoted}.jobs (queue, payload, priority, state, attempts, max_attempts, "
+        "run_at, enqueued_at, visibility_timeout_s, backoff_base_s, claimed_by, claimed_at, "
+        "claim_expires_at) "
+        "SELECT 'old', '\\x00', 0, CASE WHEN g = 2 THEN 'processing' ELSE 'pending' END, "
+        "CASE WHEN g = 2 THEN 1 ELSE 0 END, 3, now(), now(), 300, 5, "
+        "CASE WHEN g = 2 THEN 'w8' END, CASE WHEN g = 2 THEN now() END, "
+        "CASE WHEN g = 2 THEN now() + interval '1 hour' END "
+        "FROM generate_series(1, 2) AS g"
+    )
+    assert await _schema.migrate(admin, schema) == (8, LATEST)
+    rows = await admin.execute(f"SELECT id, state, claim_token FROM {quoted}.jobs ORDER BY id")
+    assert [(state, token is None) for _, state, token in rows] == [
+        ("pending", True),
+        ("processing", False),
+    ]
+    pending_id = rows[0][0]
+    # Version 8's claim_update: no claim_token in its SET list.
+    old_claim = (
+        f"UPDATE {quoted}.jobs AS j SET state = 'processing', attempts = j.attempts + 1, "
+        "claimed_by = 'w8', claimed_at = now(), "
+        "claim_expires_at = now() + j.visibility_timeout_s * interval '1 second' "
+        "WHERE j.id = %s RETURNING j.id"
+    )
+    async with alkstore_trio.open_store(pg_dsn, schema=schema) as store:
+        with pytest.raises(alkstore_trio.EngineError) as exc:
+            async with store.transaction() as tx:
+                await tx.fetch(old_claim, [pending_id])
+        assert 'violates check constraint "jobs_claim_needs_v9_workers"' in str(exc.value)
+        queue = store.queue("old")
+        job = await queue.get_job(pending_id)
+        assert job is not None
+        assert (job.state, job.attempts, job.claim_token) == ("pending", 0, None)
+        # This version's claim takes it, with a token.
+        handle = await queue.claim_one("w9")
+        assert handle is not None
+        assert handle.id == pending_id
+        assert handle.job.claim_token is not None
+        assert await handle.ack()
 
 
 async def test_schema_a_column_added_to_the_job_tables_changes_no_statement_result(

@@ -212,7 +212,9 @@ async def test_history_a_tampered_record_of_a_real_run_fails(autojump_clock, fig
         events, is_reclaim, claimed_at=stale_claim.claim_expires_at
     )
     # The reclaim recorded with the stale claim's token: a second handout.
-    tampered["handout"], _ = _replace(events, is_reclaim, attempt=stale_claim.attempt)
+    tampered["handout"], _ = _replace(
+        events, is_reclaim, attempt=stale_claim.attempt, claim_token=stale_claim.claim_token
+    )
     # An ack lost from the record.
     tampered["missing"] = [e for e in events if not (e.kind == "ack" and e.job_id == ok_id)]
     # An ack recorded by the other worker.

@@ -468,14 +468,14 @@ async def test_r2_retries_and_fails_waiting_in_the_inbox_are_flushed_as_one_stat
 
 
 async def test_r7_released_jobs_are_flushed_as_one_statement(autojump_clock, store, monkeypatch):
-    calls = count_backend_calls(store, monkeypatch, "retry")
+    calls = count_backend_calls(store, monkeypatch, "release", "retry")
     queue = store.queue("q")
     await queue.enqueue_many([b"x"] * 30)
     worker = Worker(store, {queue: Recorder(forever)}, concurrency=30, shutdown_grace_s=1)
     async with running(worker):
         await wait_until(lambda: worker.statistics().started == 30)
     assert worker.statistics().released == 30
-    assert calls == {"retry": [30]}
+    assert calls == {"release": [30], "retry": []}
 
 
 def count_heartbeat_claims(store, monkeypatch):
@@ -646,7 +646,7 @@ async def test_r1_escalation_releases_the_claimed_jobs_and_fails_loudly(
     with pytest.raises(SupervisorEscalated):
         await worker.run()
     job = await queue.get_job(job_id)
-    assert (job.state, job.attempts, job.last_error) == ("pending", 1, "worker stopped")
+    assert (job.state, job.attempts, job.last_error) == ("pending", 0, "worker stopped")
     assert worker.statistics().released == 1
     assert worker.statistics().in_flight == 0
 
@@ -688,7 +688,7 @@ async def test_r7_stop_cancels_after_the_grace_and_releases_the_jobs(autojump_cl
         job = await queue.get_job(job_id)
         assert (job.state, job.attempts, job.last_error, job.claimed_by) == (
             "pending",
-            1,
+            0,  # Q19.8: released, the attempt given back
             "worker stopped",
             None,
         )
@@ -993,7 +993,7 @@ async def test_r2_r5_r7_the_worker_runs_on_postgresql(pg_dsn, pg_schema):
         released = await queue.get_job(hang)
         assert (released.state, released.attempts, released.last_error) == (
             "pending",
-            1,
+            0,  # Q19.8: the release gave the attempt back
             "worker stopped",
         )
         stats = worker.statistics()

@@ -298,6 +298,7 @@ SQL_WORDS = {"AS", "AND", "OR", "NOT", "MATERIALIZED", "USING", "ON", "FROM", "S
 SQL_WORDS |= {"LATERAL", "FILTER", "TRUE", "CONFLICT", "SET", "KEY", "WITH", "JOIN"}
 SQL_WORDS |= {"WHERE", "THEN", "LIMIT"}  # "WHERE (a OR b)", "LIMIT (SELECT ...)" (Q18)
 SQL_WORDS |= {"OVER", "SKIP"}  # "row_number() OVER (...)", "FOR UPDATE SKIP LOCKED" (Q18.8)
+SQL_WORDS |= {"FUNCTION"}  # "COMMENT ON FUNCTION @schema@.enqueue(...)" (Q20.4)
 
 
 def _strip_comments(text: str) -> str:

@@ -151,7 +151,7 @@ async def test_t7_a_stop_abandons_the_thread_after_the_grace_and_releases_the_jo
         assert trio.current_time() - stopped_at == pytest.approx(5, abs=0.2)
         assert not gate.ended.is_set()
     job = await store.queue("sync").get_job(job_id)
-    assert (job.state, job.attempts, job.last_error) == ("pending", 1, "worker stopped")
+    assert (job.state, job.attempts, job.last_error) == ("pending", 0, "worker stopped")
     gate.release.set()
     await trio.to_thread.run_sync(gate.ended.wait)
     assert gate.cancelled_seen == [True]

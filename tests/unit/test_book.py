@@ -131,7 +131,12 @@ def test_r2_outcomes_go_out_as_one_statement_per_queue_and_kind():
     finish(b, a3, None)  # a BaseException escaped: released
     finish(b, b1, Outcome("fail", "no"))
     groups = b.settle_groups([a1, a2, a3, b1])
-    assert groups == {("a", "ack"): [a1], ("a", "retry"): [a2, a3], ("b", "fail"): [b1]}
+    assert groups == {
+        ("a", "ack"): [a1],
+        ("a", "retry"): [a2],
+        ("a", "release"): [a3],  # R7: a stopped worker's release is its own statement
+        ("b", "fail"): [b1],
+    }
     assert a3.outcome == Outcome("release", WORKER_STOPPED, 0.0)
 
 

@@ -18,7 +18,6 @@ from alkstore_trio._core import (
     Job,
     QueueOpts,
     claim_order_key,
-    claimed,
     dead,
     enqueue_specs,
     enqueued_job,
@@ -31,8 +30,11 @@ from alkstore_trio._core import (
     is_reclaimable,
     is_valid_claim,
     needs_pre_claim_sweep,
+    released,
+    requeued,
     retried,
 )
+from alkstore_trio._core import claimed as claimed_with
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
 ONE_US = timedelta(microseconds=1)
@@ -69,6 +71,12 @@ def spec(
 
 def pending(job_id: int = 1, now: datetime = T0, **kwargs: object) -> Job:
     return enqueued_job(spec(**kwargs), job_id, now)  # type: ignore[arg-type]
+
+
+def claimed(job: Job, worker: str, now: datetime, token: int | None = None) -> Job:
+    """A claim whose token is its attempt number unless given (Q19.8: the engines draw
+    tokens; these rules only need them to differ between claims)."""
+    return claimed_with(job, worker, now, job.attempts + 1 if token is None else token)
 
 
 def processing(claim_at: datetime = T0, worker: str = "w", **kwargs: object) -> Job:
@@ -194,6 +202,7 @@ def test_q3_claimed_sets_the_claim_fields():
             claimed_by=None,
             claimed_at=None,
             claim_expires_at=None,
+            claim_token=None,
         )
         == job
     )
@@ -516,3 +525,40 @@ def test_q3_claim_order_key_sorts_as_the_declared_claim_order():
     for field, direction in reversed(CLAIM_ORDER):
         by_fields.sort(key=lambda row: getattr(row, field), reverse=direction == "DESC")
     assert sorted(rows, key=claim_order_key) == by_fields
+
+
+# -- Q19.8 claim tokens and release -----------------------------------------------------
+
+
+def test_q19_8_v_compares_the_claim_token_not_the_attempt_count():
+    job = claimed(pending(), "w", T0, token=9_000)
+    assert job.attempts == 1
+    assert job.claim_token == 9_000
+    assert is_valid_claim(job, 9_000, T0)
+    assert not is_valid_claim(job, 1, T0), "the attempt count is no token"
+
+
+def test_q19_8_released_gives_the_attempt_back_and_clears_the_claim():
+    job = claimed(pending(), "w", T0, token=77)
+    back = released(job, T0 + s(3), "worker stopped")
+    assert (back.state, back.attempts, back.run_at, back.last_error) == (
+        "pending",
+        0,
+        T0 + s(3),
+        "worker stopped",
+    )
+    assert (back.claimed_by, back.claimed_at, back.claim_expires_at, back.claim_token) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert not is_valid_claim(back, 77, T0 + s(3))
+
+
+def test_q19_8_retry_and_redrive_clear_the_token_and_dead_rows_keep_it():
+    job = claimed(pending(), "w", T0, token=5)
+    assert retried(job, T0, "again", 0).claim_token is None
+    gone = failed(job, T0, None)
+    assert gone.claim_token == 5, "D1: a dead row keeps its claim fields"
+    assert requeued(gone, T0).claim_token is None

@@ -260,6 +260,15 @@ class MemoryEngine:
 
         return await self._call(run)
 
+    async def release(self, queue: str, claims: Sequence[Claim], error: str | None) -> list[int]:
+        def run(table: JobTable, now: datetime) -> list[int]:
+            released = table.release_claims(queue, claims, error, now)
+            if released:
+                self.wakes.publish({queue})  # Q19.8: others take them at once
+            return released
+
+        return await self._call(run)
+
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
         def run(table: JobTable, now: datetime) -> list[bool]:
             done = table.fail(queue, items, now)

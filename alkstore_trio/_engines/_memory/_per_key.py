@@ -64,7 +64,7 @@ def take(
             break
         if key is not None:
             used[key] += 1
-        claimed = t.claimed(job, worker_id, now)
+        claimed = t.claimed(job, worker_id, now, table.next_token())
         heapq.heappop(ready)
         table._set_live(claimed, now)
         out.append(claimed)

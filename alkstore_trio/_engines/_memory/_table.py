@@ -16,7 +16,8 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
   has that ``expires_at`` or ``died_at`` (purged, or redriven from dead: D24).
 
 Each queue also counts the jobs that left its live rows, by outcome (acked,
-dead-lettered, cancelled: D27), from the table's creation on.
+dead-lettered, cancelled: D27), from the table's creation on. Claim tokens (Q19.8) come
+from one table-wide counter, so no token is ever handed out twice.
 
 Q15 (unique jobs) keeps three dicts keyed by (queue, unique key), off the claim path:
 ``keys`` names the live row holding a key (set when a keyed row is inserted or
@@ -130,6 +131,7 @@ class JobTable:
         self._queues: dict[str, _QueueIndex] = {}
         self._finished: dict[str, _Finished] = {}
         self._next_id = 1
+        self._last_token = 0
         self._latest_now: datetime | None = None
         #: Q18: the paused queues, and every queue's limits (Q18.7-Q18.11).
         self._paused: set[str] = set()
@@ -298,11 +300,16 @@ class JobTable:
                 continue
             # Compute the claimed row before touching the heap, so that a failure here
             # leaves the row where it was (claimable by the next claim).
-            job = t.claimed(job, worker_id, now)
+            job = t.claimed(job, worker_id, now, self.next_token())
             heapq.heappop(ready)
             self._set_live(job, now)
             out.append(job)
         return out
+
+    def next_token(self) -> int:
+        """Q19.8: a claim token never handed out before by this table."""
+        self._last_token += 1
+        return self._last_token
 
     def _has_claimable(self, index: _QueueIndex, now: datetime) -> bool:
         """Whether the ready heap holds a claimable row (stale and expired entries on
@@ -431,6 +438,18 @@ class JobTable:
             for job_id, token, error, delay_s in items
         ]
         return self._finish_claims(queue, finish, now)
+
+    def release_claims(
+        self, queue: str, claims: Iterable[Claim], error: str | None, now: datetime
+    ) -> list[int]:
+        """Q19.8: each distinct valid claim back to pending, ready now, its attempt given
+        back, in one transition; the ids released, in the order given."""
+        finish = [
+            (job_id, token, partial(t.released, now=now, error=error))
+            for job_id, token in dict.fromkeys(claims)
+        ]
+        done = self._finish_claims(queue, finish, now)
+        return [job_id for (job_id, _, _), ok in zip(finish, done, strict=True) if ok]
 
     def fail(self, queue: str, items: Iterable[FailItem], now: datetime) -> list[bool]:
         """Q4/Q13 (D20): fail each (job id, claim token, error) in turn (dead now), all in

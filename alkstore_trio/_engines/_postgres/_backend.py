@@ -39,16 +39,26 @@ from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._protocol import Completion
 from .._wake import WakeHub, WakeListener
-from . import _driver, _limited, _periodic, _pool, _reads, _rows, _schema, _sql, _unique
+from . import (
+    _driver,
+    _enqueue,
+    _limited,
+    _periodic,
+    _pool,
+    _reads,
+    _rows,
+    _schema,
+    _sql,
+    _unique,
+)
 from ._dsn import describe
 from ._options import _Conninfo, check_options, driver_connect
 from ._params import (
     _applied,
     _claim_params,
     _completion_params,
-    _groups,
-    _headers_json,
     _int_array,
+    _token_base,
 )
 from ._rows import job as _job
 from ._rows import utc as _utc
@@ -198,7 +208,7 @@ class PostgresEngine:
         if _unique.has_keys(specs):
             return await self._enqueue_keyed(specs)
         ids: list[Enqueued] = []
-        for group in _groups(specs):
+        for group in _enqueue.groups(specs):
             query, params = self._enqueue_statement(group)
             rows = await self._execute(query, params)
             ids.extend([Enqueued(row[0]) for row in rows])
@@ -207,37 +217,23 @@ class PostgresEngine:
     async def _enqueue_keyed(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
         """Q15: a call with unique keys, in a transaction of its own."""
         async with self._transaction_conn() as conn:
-            return await _unique.enqueue_keyed(self, conn, specs)
+            return await _enqueue.run_on(conn, self._enqueue_steps(specs))
+
+    def _enqueue_steps(self, specs: Sequence[EnqueueSpec]) -> _enqueue.Steps[list[Enqueued]]:
+        return _enqueue.enqueue_steps(self._q, self._channel, self._schema, specs)
 
     def _enqueue_statement(self, group: Sequence[EnqueueSpec]) -> tuple[str, dict[str, object]]:
-        """The enqueue statement for one group and its parameters (``enqueue_one`` for a
-        single payload: the same effect without the unnest)."""
-        first = group[0]
-        params: dict[str, object] = {
-            "queue": first.queue,
-            "priority": first.priority,
-            "delay_s": first.delay_s,
-            "run_at": first.run_at,
-            "max_attempts": first.max_attempts,
-            "visibility_timeout_s": first.visibility_timeout_s,
-            "backoff_base_s": first.backoff_base_s,
-            "expires_in_s": first.expires_in_s,
-            "keep_completed_s": first.keep_completed_s,
-            "headers": _headers_json(first.headers),
-            "channel": self._channel(first.queue),
-        }
-        if len(group) == 1:
-            params["payload"] = first.payload
-            params["concurrency_key"] = first.concurrency_key  # Q18.8
-            return self._q["enqueue_one"], params
-        params["payloads"] = [spec.payload for spec in group]
-        keys = [spec.concurrency_key for spec in group]
-        params["concurrency_keys"] = keys if any(key is not None for key in keys) else None
-        return self._q["enqueue_many"], params
+        """The enqueue statement for one group and its parameters (see :mod:`._enqueue`)."""
+        return _enqueue.statement(self._q, self._channel, group)
 
     async def claim(self, queue: str, worker_id: str, n: int) -> list[Job]:
         # LIMIT takes a bigint; any larger n means "all there is" just the same.
-        params = {"queue": queue, "worker_id": worker_id, "n": min(n, v.JOB_ID_MAX)}
+        params = {
+            "queue": queue,
+            "worker_id": worker_id,
+            "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
+        }
         if queue in self._limited:
             return (await self._claim_limited(queue, (), params))[1]
         rows = await self._run("claim", params)
@@ -326,6 +322,7 @@ class PostgresEngine:
             **_completion_params(queue, items),
             "worker_id": worker_id,
             "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
         }
         if queue in self._limited:
             return await self._claim_limited(queue, items, params, "complete_claims")
@@ -338,6 +335,7 @@ class PostgresEngine:
             **_claim_params(queue, claims),
             "worker_id": worker_id,
             "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
         }
         if queue in self._limited:
             acked, jobs = await self._claim_limited(queue, claims, params)
@@ -387,6 +385,10 @@ class PostgresEngine:
             done = _applied(len(items), await self._run("retry_claims", params))
         await self._freed(queue, sum(done))
         return done
+
+    async def release(self, queue: str, claims: Sequence[Claim], error: str | None) -> list[int]:
+        params = {**_claim_params(queue, claims), "error": error, "channel": self._channel(queue)}
+        return [row[0] for row in await self._run("release_claims", params)]
 
     async def fail(self, queue: str, items: Sequence[FailItem]) -> list[bool]:
         if len(items) == 1:
@@ -768,20 +770,10 @@ class PostgresTransaction:
         self._conn = conn
 
     async def enqueue(self, specs: Sequence[EnqueueSpec]) -> list[Enqueued]:
-        ids: list[Enqueued] = []
-        backend = self._backend
-        if _unique.has_keys(specs):
-            try:
-                return await _unique.enqueue_keyed(backend, self._conn, specs)
-            except psycopg.Error as exc:
-                raise _engine_error(exc) from exc
-        for group in _groups(specs):
-            try:
-                rows = await self._conn.execute(*backend._enqueue_statement(group))
-            except psycopg.Error as exc:
-                raise _engine_error(exc) from exc
-            ids.extend([Enqueued(row[0]) for row in rows])
-        return ids
+        try:
+            return await _enqueue.run_on(self._conn, self._backend._enqueue_steps(specs))
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
 
     async def fetch(self, sql: str, params: SqlParams | None) -> list[tuple[Any, ...]]:
         try:

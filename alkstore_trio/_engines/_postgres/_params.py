@@ -1,16 +1,15 @@
-"""The parameters of the PostgreSQL engine's statements, built from the engine's
-arguments: arrays of claims as bound text literals, results as a binary array, headers
-as JSON text, and enqueues grouped by the options one statement can share."""
+"""The parameters of the PostgreSQL engine's claim statements, built from the engine's
+arguments: arrays of claims as bound text literals, results as a binary array, and the
+claim statements' token base (the enqueues' parameters are :mod:`._enqueue`'s)."""
 
 from __future__ import annotations
 
-import json
+import secrets
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..._core import EnqueueSpec, Headers
     from .._protocol import Claim, Completion, FailItem, RetryItem
 
 
@@ -40,6 +39,14 @@ def _completion_params(queue: str, items: Sequence[Completion]) -> dict[str, obj
     }
 
 
+def _token_base() -> int:
+    """Q19.8: 62 random bits for one claim statement, from the client's entropy (it
+    survives a server crash and needs no server randomness); the statement XORs each
+    row's id into it, so the tokens of one statement differ. 62 bits: the XOR with an id
+    (< 2**63) stays a non-negative bigint."""
+    return secrets.randbits(62)
+
+
 def _int_array(values: Sequence[int]) -> str:
     """A PostgreSQL array literal of ints (``{1,2,3}``), bound as a text parameter that
     the statement casts (``::bigint[]``). psycopg's list dumper costs ~2 µs more per
@@ -53,45 +60,3 @@ def _applied(count: int, rows: Sequence[tuple[Any, ...]]) -> list[bool]:
     positions) of the items it applied."""
     applied = {row[0] for row in rows}
     return [ordinal in applied for ordinal in range(1, count + 1)]
-
-
-def _headers_json(headers: Headers) -> str:
-    """A job's headers as the JSON text the enqueue statements cast to ``jsonb``.
-
-    A str parameter (sent untyped, cast by the statement) rather than psycopg's ``Jsonb``
-    wrapper: the same JSON for the same cost, and the constant ``'{}'`` for the usual job
-    without headers. ASCII-only JSON (``\\u`` escapes), whatever the connection's
-    encoding; the server stores the characters.
-    """
-    if not headers:
-        return "{}"
-    return json.dumps(dict(headers.items()))
-
-
-def _groups(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
-    """Split specs into runs that share everything but the payload (one statement each).
-
-    ``enqueue_many`` is always one run, so it is one statement.
-    """
-    groups: list[list[EnqueueSpec]] = []
-    for spec in specs:
-        if groups and _same_options(groups[-1][0], spec):
-            groups[-1].append(spec)
-        else:
-            groups.append([spec])
-    return groups
-
-
-def _same_options(a: EnqueueSpec, b: EnqueueSpec) -> bool:
-    return (
-        a.queue == b.queue
-        and a.priority == b.priority
-        and a.delay_s == b.delay_s
-        and a.run_at == b.run_at
-        and a.max_attempts == b.max_attempts
-        and a.visibility_timeout_s == b.visibility_timeout_s
-        and a.backoff_base_s == b.backoff_base_s
-        and a.expires_in_s == b.expires_in_s
-        and a.headers == b.headers
-        and a.keep_completed_s == b.keep_completed_s
-    )

@@ -48,7 +48,7 @@ async def read_job(
     if not rows:
         return None
     row: Sequence[Any] = rows[0]
-    job_id, result, result_size, payload_size = row[0], row[22], row[23], row[24]
+    job_id, result, result_size, payload_size = row[0], row[23], row[24], row[25]
     payload = row[2]
     if payload is None:
         payload = await _in_slices(execute, slice_queries[0], job_id, payload_size)
@@ -58,7 +58,7 @@ async def read_job(
             return None  # purged between the row and this slice
     if payload is None:
         return None
-    return _kept_job((*row[:2], payload, *row[3:22], result))
+    return _kept_job((*row[:2], payload, *row[3:23], result))
 
 
 async def _in_slices(execute: Execute, slice_query: str, job_id: int, size: int) -> bytes | None:

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 def job(row: Sequence[Any]) -> Job:
     """A result row in the column order of the queries as a Job: the columns of ``jobs``
-    up to ``last_error``, the headers, ``died_at``, the unique key (Q15), the
-    concurrency key (Q18.8) and the stamp ``keep_completed_s`` (Q19.2).
+    up to ``last_error``, the headers, ``died_at``, the unique key (Q15), the claim token
+    (Q19.8), the concurrency key (Q18.8) and the stamp ``keep_completed_s`` (Q19.2).
 
     The queries send the headers as ``nullif(headers, '{}')``: ``None`` for a job without
     any (the usual case), so psycopg parses no JSON (its jsonb loader takes about 1.3 µs
@@ -43,8 +43,9 @@ def job(row: Sequence[Any]) -> Job:
         died_at=utc_or_none(row[17]),
         headers=Headers(headers) if headers else NO_HEADERS,
         unique_key=row[18],
-        concurrency_key=row[19],
-        keep_completed_s=row[20],
+        claim_token=row[19],
+        concurrency_key=row[20],
+        keep_completed_s=row[21],
     )
 
 
@@ -52,7 +53,7 @@ def kept_job(row: Sequence[Any]) -> Job:
     """Q19.2: a row of the job fields followed by ``completed_at`` and the result (a
     kept row's; ``None`` for other rows)."""
     base = job(row)
-    completed_at, result = row[21], row[22]
+    completed_at, result = row[22], row[23]
     if completed_at is None and result is None:
         return base
     return replace(

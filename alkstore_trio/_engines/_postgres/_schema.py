@@ -13,15 +13,17 @@ from typing import TYPE_CHECKING, Literal
 
 from ..._errors import InvalidArgument, SchemaError
 from . import _sql
+from ._enqueue import run_on
 
 if TYPE_CHECKING:
     from ._driver import Connection
+    from ._enqueue import Steps
 
 MigratePolicy = Literal["check", "apply"]
 MIGRATE_POLICIES: tuple[MigratePolicy, ...] = ("check", "apply")
 
 _LOCK_SQL = "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(%s, 0))"
-_VERSION_TABLE_SQL = "SELECT pg_catalog.to_regclass(%s) IS NOT NULL"
+_VERSION_TABLE_SQL = "SELECT pg_catalog.to_regclass(%(table)s) IS NOT NULL"
 _SET_VERSION_SQL = (
     "INSERT INTO {schema}.alk_schema_version (version) VALUES (%s) "
     "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
@@ -37,11 +39,18 @@ def check_policy(value: object) -> MigratePolicy:
 
 async def current_version(conn: Connection, schema: str) -> int | None:
     """The schema's recorded version, or ``None`` when it has no alkstore tables."""
+    return await run_on(conn, version_steps(schema))
+
+
+def version_steps(schema: str) -> Steps[int | None]:
+    """:func:`current_version` as steps (see :mod:`._enqueue`), for any connection: two
+    reads that fail on no schema (a missing table is looked up first, so a caller's
+    transaction is never aborted by the read)."""
     table = f"{_sql.quote_ident(schema)}.alk_schema_version"
-    ((exists,),) = await conn.execute(_VERSION_TABLE_SQL, [table])
+    ((exists,),) = yield _VERSION_TABLE_SQL, {"table": table}
     if not exists:
         return None
-    rows = await conn.execute(f"SELECT version FROM {table}")
+    rows = yield f"SELECT version FROM {table}", {}
     return int(rows[0][0]) if rows else 0
 
 
@@ -92,12 +101,17 @@ async def migrate(conn: Connection, schema: str) -> tuple[int | None, int]:
 
 async def check(conn: Connection, schema: str, *, dsn_hint: str) -> None:
     """Raise :class:`SchemaError` unless the schema is at this library's version."""
-    latest = _sql.latest_version()
-    version = await current_version(conn, schema)
     fix = (
         f"run `alkstore-trio migrate --dsn {dsn_hint} --schema {schema}`, "
         "or open the store with migrate='apply'"
     )
+    check_version(schema, await current_version(conn, schema), fix=fix)
+
+
+def check_version(schema: str, version: int | None, *, fix: str) -> None:
+    """Raise :class:`SchemaError` unless ``version`` (of ``schema``; ``None``: no tables)
+    is this library's; ``fix`` says how to migrate an older or missing schema."""
+    latest = _sql.latest_version()
     if version is None:
         raise SchemaError(f"schema {schema!r} has no alkstore_trio tables; {fix}")
     if version < latest:

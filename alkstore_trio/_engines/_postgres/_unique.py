@@ -2,7 +2,7 @@
 
 Keyless enqueues never come here: they stay one autocommit statement (``enqueue_one``,
 ``enqueue_many``). A call with at least one key runs as one transaction (the caller's,
-for ``tx.enqueue``):
+for ``tx.enqueue``, or a producer's, :mod:`._producer`):
 
 1. ``lock_unique_keys`` takes a transaction-level advisory lock per (schema, queue, key),
    in hash order, held until the commit. Two enqueues of one key are serialized by it,
@@ -22,17 +22,17 @@ transaction for keyed enqueues only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..._core import Enqueued
 from ..._errors import EngineError
+from . import _enqueue
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..._core import EnqueueSpec
-    from . import _driver
-    from ._backend import PostgresEngine
+    from ._enqueue import Steps
 
 #: How many times ``enqueue_unique`` runs again after a redrive won the race to the index.
 _ATTEMPTS: Final = 100
@@ -43,35 +43,39 @@ def has_keys(specs: Sequence[EnqueueSpec]) -> bool:
     return any(spec.unique_key is not None for spec in specs)
 
 
-async def enqueue_keyed(
-    engine: PostgresEngine, conn: _driver.Connection, specs: Sequence[EnqueueSpec]
-) -> list[Enqueued]:
-    """Q2/Q15: enqueue ``specs`` (some keyed) in the transaction open on ``conn``."""
-    schema = engine.schema
-    locks = sorted(
-        {f"{schema}/{spec.queue}/{spec.unique_key}" for spec in specs if spec.unique_key}
-    )
-    await conn.execute(engine._q["lock_unique_keys"], {"locks": locks})
+def lock_texts(schema: str, specs: Sequence[EnqueueSpec]) -> list[str]:
+    """The advisory lock texts of the keyed specs: ``schema/queue/key``, the text the
+    schema's ``enqueue`` function (migration 10) locks too, so both serialize."""
+    return sorted({f"{schema}/{spec.queue}/{spec.unique_key}" for spec in specs if spec.unique_key})
+
+
+def keyed_steps(
+    queries: Mapping[str, str], channel: Callable[[str], str], schema: str,
+    specs: Sequence[EnqueueSpec],
+) -> Steps[list[Enqueued]]:  # fmt: skip
+    """Q2/Q15: enqueue ``specs`` (some keyed) in the transaction open on the connection
+    that runs the steps (see :mod:`._enqueue`)."""
+    yield queries["lock_unique_keys"], {"locks": lock_texts(schema, specs)}
     out: list[Enqueued] = []
     for group in _runs(specs):
         first = group[0]
         if first.unique_key is None:
-            rows = await conn.execute(*engine._enqueue_statement(group))
+            rows = yield _enqueue.statement(queries, channel, group)
             out.extend(Enqueued(row[0]) for row in rows)
         else:
-            out.append(await _enqueue_one_keyed(engine, conn, first))
+            out.append((yield from _one_keyed(queries, channel, first)))
     return out
 
 
-async def _enqueue_one_keyed(
-    engine: PostgresEngine, conn: _driver.Connection, spec: EnqueueSpec
-) -> Enqueued:
-    _, params = engine._enqueue_statement([spec])
+def _one_keyed(
+    queries: Mapping[str, str], channel: Callable[[str], str], spec: EnqueueSpec
+) -> Steps[Enqueued]:
+    _, params = _enqueue.statement(queries, channel, [spec])
     params["unique_key"] = spec.unique_key
     params["unique_for_s"] = spec.unique_for_s
-    statement = engine._q["enqueue_unique"]
+    statement = queries["enqueue_unique"]
     for _ in range(_ATTEMPTS):
-        rows: list[tuple[Any, ...]] = await conn.execute(statement, params)
+        rows = yield statement, params
         if rows:
             ((job_id, created),) = rows
             return Enqueued(job_id) if created else Enqueued.existing(job_id)
@@ -81,8 +85,6 @@ async def _enqueue_one_keyed(
 def _runs(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
     """Each keyed spec alone, in order, with the keyless specs between them in runs that
     share their options (one statement each, as the keyless path groups them)."""
-    from ._params import _same_options
-
     runs: list[list[EnqueueSpec]] = []
     for spec in specs:
         previous = runs[-1][0] if runs else None
@@ -90,7 +92,7 @@ def _runs(specs: Sequence[EnqueueSpec]) -> list[list[EnqueueSpec]]:
             previous is not None
             and spec.unique_key is None
             and previous.unique_key is None
-            and _same_options(previous, spec)
+            and _enqueue.same_options(previous, spec)
         ):
             runs[-1].append(spec)
         else:

@@ -255,6 +255,13 @@ from .q19_2_q19_3_history import (
     q19_3_a_purge_larger_than_one_batch_completes,
     q19_3_sweeps_purge_kept_rows_after_their_time,
 )
+from .q19_8_tokens import (
+    q19_8_a_redriven_job_refuses_its_old_holders,
+    q19_8_bad_release_arguments_raise_without_effect,
+    q19_8_every_claim_of_a_job_gets_a_new_token,
+    q19_8_release_gives_the_claims_attempt_back,
+    q19_8_v_refuses_a_token_that_is_not_the_claims,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -442,6 +449,12 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q19_2_list_jobs_rejects_unknown_states,
     q19_3_sweeps_purge_kept_rows_after_their_time,
     q19_3_a_purge_larger_than_one_batch_completes,
+    # Q19.8: claim tokens and release.
+    q19_8_every_claim_of_a_job_gets_a_new_token,
+    q19_8_v_refuses_a_token_that_is_not_the_claims,
+    q19_8_a_redriven_job_refuses_its_old_holders,
+    q19_8_release_gives_the_claims_attempt_back,
+    q19_8_bad_release_arguments_raise_without_effect,
 )
 
 

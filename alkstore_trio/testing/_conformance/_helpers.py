@@ -64,6 +64,7 @@ _JOB_FIELDS: Final = (
     "headers",
     "unique_key",
     "concurrency_key",
+    "claim_token",
     "keep_completed_s",  # Q19.2
     "completed_at",
     "result",  # Q19.1

@@ -59,6 +59,7 @@ async def d24_requeue_dead_moves_listed_dead_rows_back_to_pending_with_attempts_
             claimed_by=None,
             claimed_at=None,
             claim_expires_at=None,
+            claim_token=None,  # Q19.8: no old holder's token is valid again
             died_at=None,
         )
         assert job == expected, f"the redriven row is {job!r}, expected {expected!r}"

@@ -50,8 +50,9 @@ async def q8_get_job_shows_every_field(harness: EngineHarness) -> None:
         assert pending == expected, f"pending row is {pending!r}, expected {expected!r}"
         await harness.advance(20)
         t1 = await harness.now()
-        await _claim_id(queue, job_id, "worker-1")
+        claimed = await _claim_id(queue, job_id, "worker-1")
         processing = await _get(queue, job_id)
+        assert claimed.job.claim_token is not None, "a claim handed out no claim token"
         expected = dataclasses.replace(
             expected,
             state="processing",
@@ -59,6 +60,7 @@ async def q8_get_job_shows_every_field(harness: EngineHarness) -> None:
             claimed_by="worker-1",
             claimed_at=t1,
             claim_expires_at=_after(t1, 45),
+            claim_token=claimed.job.claim_token,
         )
         assert processing == expected, f"processing row is {processing!r}, expected {expected!r}"
         handle = await _claim_id(queue, await queue.enqueue(b"second"), "worker-2")
@@ -78,6 +80,7 @@ async def q8_get_job_shows_every_field(harness: EngineHarness) -> None:
             f"{(dead.state, dead.attempts, dead.last_error, dead.died_at)!r}"
         )
         assert (dead.payload, dead.queue) == (b"second", "fields"), "the dead row lost its identity"
+        assert dead.claim_token == handle.job.claim_token, "D1: the dead row lost its claim token"
 
 
 @_check

@@ -31,6 +31,7 @@ from ._steps import (
     HeartbeatHandles,
     Inspect,
     PurgeDead,
+    Release,
     RequeueDead,
     Retry,
     RetryHandles,
@@ -80,7 +81,7 @@ _RETRY_DELAYS = st.sampled_from((None, 0.0, 3.0, 0.5))
 _EXTENDS = st.sampled_from((None, 1.0, 5.0, 40.0, 0.25))
 _SWEEP_RETENTION_CHOICES: tuple[float | Literal["own"] | None, ...] = ("own", None, *_RETENTIONS)
 _SWEEP_RETENTIONS = st.sampled_from(_SWEEP_RETENTION_CHOICES)
-_HANDLE_OP_CHOICES: tuple[_HandleOp, ...] = ("heartbeat", "ack", "retry", "fail")
+_HANDLE_OP_CHOICES: tuple[_HandleOp, ...] = ("heartbeat", "ack", "retry", "fail", "release")
 _HANDLE_OPS = st.sampled_from(_HANDLE_OP_CHOICES)
 _TX_SIZES = st.integers(0, 3)
 _PURGE_AGES = st.sampled_from((None, 0.0, 3.0, 10.0))
@@ -94,6 +95,7 @@ _StepKind: TypeAlias = Literal[
     "ack",
     "retry",
     "fail",
+    "release",  # Q19.8
     "heartbeat",
     "advance to",
     "enqueue_many",
@@ -120,6 +122,7 @@ _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
     "retry",
     "fail",
+    "release",
     "heartbeat",
     "crash",
     "ack_handles",
@@ -175,7 +178,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return Crash(draw(_WORKER_IDS))
     if kind in _BATCH_HANDLE_KINDS:
         return _draw_batch_handle_step(draw, run, kind, queue, live)
-    if kind in ("ack", "retry", "fail", "heartbeat"):
+    if kind in ("ack", "retry", "fail", "release", "heartbeat"):
         return _draw_handle_step(draw, kind, live)
     if kind == "reuse":
         return Reuse(draw(st.sampled_from(consumed)), op=draw(_HANDLE_OPS))
@@ -269,6 +272,8 @@ def _draw_handle_step(draw: st.DrawFn, kind: _StepKind, live: list[str]) -> _Ste
         return Retry(handle, error=draw(_ERRORS), delay_s=draw(_RETRY_DELAYS))
     if kind == "fail":
         return Fail(handle, error=draw(_ERRORS))
+    if kind == "release":
+        return Release(handle, error=draw(_ERRORS))
     return Heartbeat(handle, extend_s=draw(_EXTENDS))
 
 

@@ -41,6 +41,7 @@ from ._steps import (
     HeartbeatHandles,
     Inspect,
     PurgeDead,
+    Release,
     RequeueDead,
     Retry,
     RetryHandles,
@@ -81,6 +82,17 @@ class Disagreement(AssertionError):
 def _created(*results: Enqueued) -> list[tuple[int, bool]]:
     """Q15: enqueue results as (id, created) pairs, so that agreement checks both."""
     return [(int(result), result.created) for result in results]
+
+
+def _token(job: Job) -> int:
+    """Q19.8: a claimed snapshot's claim token (the model takes the engine's)."""
+    if job.claim_token is None:
+        raise Disagreement(f"job {job.id} was handed out without a claim token (Q19.8)")
+    return job.claim_token
+
+
+def _tokens(handles: list[JobHandle]) -> dict[int, int]:
+    return {handle.id: _token(handle.job) for handle in handles}
 
 
 def _agree(what: str, engine: object, model: object) -> None:
@@ -128,6 +140,8 @@ class _Run:
     queues: dict[str, Queue]
     slots: dict[str, _Slot] = field(default_factory=dict)
     handles_made: int = 0
+    #: Q19.8: every claim token each job was handed so far.
+    tokens_seen: dict[int, set[int]] = field(default_factory=dict)
     #: Q17: every (schedule, fire time) enqueued so far in the run.
     periodic_fired: set[tuple[str, datetime]] = field(default_factory=set)
 
@@ -202,6 +216,8 @@ class _Run:
                 return await self._retry(step, now)
             case Fail():
                 return await self._fail(step, now)
+            case Release():
+                return await self._release(step, now)
             case Reuse():
                 return await self._reuse(step)
             case AckHandles():
@@ -321,7 +337,7 @@ class _Run:
         for slot in slots:
             slot.consumed = True
         got_acked = await queue.ack_handles([slot.handle for slot in slots], step.results)
-        claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+        claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
         deleted = self.model.ack_claims(queue.name, claims, now=now, results=step.results)
         want_acked = [job_id in deleted for job_id, _ in claims]
         _agree(f"{step}: results", got_acked, want_acked)
@@ -331,7 +347,7 @@ class _Run:
         queue = self.queues[step.queue]
         slots = [self.slots[label] for label in step.handles]
         got_renewed = await queue.heartbeat_handles([slot.handle for slot in slots], step.extend_s)
-        claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+        claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
         renewed = self.model.heartbeat_claims(queue.name, claims, step.extend_s, now=now)
         want_renewed = [job_id in renewed for job_id, _ in claims]
         _agree(f"{step}: results", got_renewed, want_renewed)
@@ -348,7 +364,7 @@ class _Run:
         want_retried = self.model.retry_claims(
             queue.name,
             [
-                (slot.handle.job.id, slot.handle.job.attempts, error, delay)
+                (slot.handle.job.id, _token(slot.handle.job), error, delay)
                 for slot, error, delay in retries
             ],
             now=now,
@@ -364,7 +380,7 @@ class _Run:
         got_failed = await queue.fail_handles([(slot.handle, error) for slot, error in fails])
         want_failed = self.model.fail_claims(
             queue.name,
-            [(slot.handle.job.id, slot.handle.job.attempts, error) for slot, error in fails],
+            [(slot.handle.job.id, _token(slot.handle.job), error) for slot, error in fails],
             now=now,
         )
         _agree(f"{step}: results", got_failed, want_failed)
@@ -464,7 +480,7 @@ class _Run:
         else:
             got = await queue.claim_batch(step.worker, step.n)
             n = step.n
-        want = self.model.claim(queue.name, step.worker, n, now=now)
+        want = self.model.claim(queue.name, step.worker, n, now=now, tokens=_tokens(got))
         return self._claimed(step, step.worker, got, want)
 
     async def _ack_and_claim(self, step: AckHandlesAndClaim, now: datetime) -> _Outcome:
@@ -475,9 +491,15 @@ class _Run:
         got_acked, got = await queue.ack_handles_and_claim(
             [slot.handle for slot in slots], step.worker, step.n, step.results
         )
-        claims = [(slot.handle.job.id, slot.handle.job.attempts) for slot in slots]
+        claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
         deleted, want = self.model.ack_claims_and_claim(
-            queue.name, claims, step.worker, step.n, now=now, results=step.results
+            queue.name,
+            claims,
+            step.worker,
+            step.n,
+            now=now,
+            results=step.results,
+            tokens=_tokens(got),
         )
         _agree(f"{step}: ack results", got_acked, [job_id in deleted for job_id, _ in claims])
         return [got_acked, *self._claimed(step, step.worker, got, want)]
@@ -490,6 +512,11 @@ class _Run:
         _agree(f"{step}: claimed jobs", [h.job for h in got], want)
         labels = []
         for handle in got:
+            # Q19.8: every claim of a job gets a token no earlier claim of it had.
+            seen = self.tokens_seen.setdefault(handle.id, set())
+            if _token(handle.job) in seen:
+                raise Disagreement(f"{step}: job {handle.id} got a claim token again (Q19.8)")
+            seen.add(_token(handle.job))
             _check_shape(f"{step}: snapshot", handle.job)
             _agree(f"{step}: handle id", handle.id, handle.job.id)
             self.handles_made += 1
@@ -501,7 +528,7 @@ class _Run:
     async def _heartbeat(self, step: Heartbeat, now: datetime) -> _Outcome:
         job = self.slots[step.handle].handle.job
         got = await self.slots[step.handle].handle.heartbeat(step.extend_s)
-        want = self.model.heartbeat(job.queue, job.id, job.attempts, step.extend_s, now=now)
+        want = self.model.heartbeat(job.queue, job.id, _token(job), step.extend_s, now=now)
         _agree(f"{step}: result", got, want)
         return got
 
@@ -510,7 +537,7 @@ class _Run:
         job = slot.handle.job
         slot.consumed = True
         got = await slot.handle.ack(step.result)
-        want = self.model.ack(job.queue, job.id, job.attempts, now=now, result=step.result)
+        want = self.model.ack(job.queue, job.id, _token(job), now=now, result=step.result)
         _agree(f"{step}: result", got, want)
         return got
 
@@ -519,7 +546,7 @@ class _Run:
         job = slot.handle.job
         slot.consumed = True
         got = await slot.handle.retry(step.error, step.delay_s)
-        want = self.model.retry(job.queue, job.id, job.attempts, step.error, step.delay_s, now=now)
+        want = self.model.retry(job.queue, job.id, _token(job), step.error, step.delay_s, now=now)
         _agree(f"{step}: result", got, want)
         return got
 
@@ -528,7 +555,16 @@ class _Run:
         job = slot.handle.job
         slot.consumed = True
         got = await slot.handle.fail(step.error)
-        want = self.model.fail(job.queue, job.id, job.attempts, step.error, now=now)
+        want = self.model.fail(job.queue, job.id, _token(job), step.error, now=now)
+        _agree(f"{step}: result", got, want)
+        return got
+
+    async def _release(self, step: Release, now: datetime) -> _Outcome:
+        slot = self.slots[step.handle]
+        job = slot.handle.job
+        slot.consumed = True
+        got = await slot.handle.release(step.error)
+        want = self.model.release(job.queue, job.id, _token(job), step.error, now=now)
         _agree(f"{step}: result", got, want)
         return got
 
@@ -541,6 +577,8 @@ class _Run:
                 await handle.ack()
             elif step.op == "retry":
                 await handle.retry()
+            elif step.op == "release":
+                await handle.release()
             else:
                 await handle.fail()
         except HandleConsumed:

@@ -167,7 +167,15 @@ class Fail(_Step):
     error: str | None = None
 
 
-_HandleOp: TypeAlias = Literal["heartbeat", "ack", "retry", "fail"]
+@dataclass(frozen=True, repr=False)
+class Release(_Step):
+    """``handle.release(error)`` (Q19.8)."""
+
+    handle: str
+    error: str | None = None
+
+
+_HandleOp: TypeAlias = Literal["heartbeat", "ack", "retry", "fail", "release"]
 
 
 @dataclass(frozen=True, repr=False)

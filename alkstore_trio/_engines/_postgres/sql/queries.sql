@@ -16,7 +16,9 @@
 -- as if each statement were written out (see docs/reference/sql-schema.md).
 --
 -- The validity predicate V (Q4) appears verbatim in every handle operation:
---   state = 'processing' AND attempts = <token> AND claim_expires_at >= <now>
+--   state = 'processing' AND claim_token = <token> AND claim_expires_at >= <now>
+-- (Q19.8: the claim token is drawn for each claim, never the attempt count, which a
+-- redrive resets and a release gives back).
 -- A single UPDATE/DELETE with V in its WHERE clause locks the row and re-checks V on
 -- its latest version (READ COMMITTED re-evaluation), so the check and the effect are
 -- one atomic unit: a concurrent reclaim either happened first (V fails) or waits.
@@ -39,8 +41,8 @@
 -- fragment: job_fields(state, died_at, payload = j.payload)
 -- D30: the Job fields, in the order _backend._job reads them: the columns of jobs up to
 -- last_error (with the row's state given by `state`), then nullif(headers, '{}'), then
--- `died_at`, then the unique key (Q15), the concurrency key (Q18.8) and the stamp
--- keep_completed_s (Q19.2). The rows are `j`.
+-- `died_at`, then the unique key (Q15), the claim token (Q19.8), the concurrency key
+-- (Q18.8) and the stamp keep_completed_s (Q19.2). The rows are `j`.
 -- The nullif makes a job without
 -- headers (the usual case) a NULL, which the client turns into no headers without
 -- parsing any JSON. `payload` is the payload column's expression (the reads of one job
@@ -49,7 +51,7 @@ j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attemp
 j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at,
 j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,
 nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key,
-j.concurrency_key, j.keep_completed_s
+j.claim_token, j.concurrency_key, j.keep_completed_s
 
 -- fragment: new_jobs(payload, key = NULL::text, group = %(concurrency_key)s::text)
 -- Q2: the insert of new pending jobs, resolved at the clock read t.now, one per row of
@@ -83,14 +85,14 @@ SELECT
 INSERT INTO @schema@.dead_jobs (
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at, headers, unique_key, concurrency_key,
+    claim_expires_at, last_error, died_at, headers, unique_key, concurrency_key, claim_token,
     keep_completed_s
 )
 SELECT
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
     claim_expires_at, {last_error}, @schema@.alk_now(), headers, unique_key, concurrency_key,
-    keep_completed_s
+    claim_token, keep_completed_s
 FROM {moved}
 RETURNING id
 
@@ -102,13 +104,14 @@ RETURNING id
 INSERT INTO @schema@.completed_jobs (
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, headers, unique_key, concurrency_key, keep_completed_s,
-    completed_at, purge_at, result
+    claim_expires_at, last_error, headers, unique_key, concurrency_key, claim_token,
+    keep_completed_s, completed_at, purge_at, result
 )
 SELECT
     id, queue, payload, priority, 'completed', attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, headers, unique_key, concurrency_key, keep_completed_s,
+    claim_expires_at, last_error, headers, unique_key, concurrency_key, claim_token,
+    keep_completed_s,
     @schema@.alk_now(),
     @schema@.alk_now() + keep_completed_s * interval '1 second',
     {result}
@@ -207,10 +210,13 @@ lapsed AS MATERIALIZED (
 )
 
 -- fragment: claim_update
--- Q3 step 3: claim the picked rows; the claimed jobs.
+-- Q3 step 3: claim the picked rows; the claimed jobs. Q19.8: each row's claim token is
+-- the client's 62 random bits XOR its id: one parameter per statement, a distinct token
+-- per row of it (ids differ), never negative, never NULL.
 UPDATE @schema@.jobs AS j SET
     state = 'processing',
     attempts = j.attempts + 1,
+    claim_token = %(token_base)s::bigint # j.id,
     claimed_by = %(worker_id)s::text,
     claimed_at = @schema@.alk_now(),
     claim_expires_at = @schema@.alk_now() + j.visibility_timeout_s * interval '1 second'
@@ -226,7 +232,7 @@ RETURNING
 -- primary-key lookups.
 DELETE FROM @schema@.jobs
 WHERE queue = %(queue)s::text
-    AND (id, attempts) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]))
+    AND (id, claim_token) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]))
     AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     AND keep_completed_s IS NULL
 RETURNING id
@@ -236,10 +242,10 @@ RETURNING id
 -- valid (Q4's V), kept or not, RETURNING the whole rows with the result given for each
 -- (the results array runs parallel to ids and tokens; NULL for none), for keep_rows.
 DELETE FROM @schema@.jobs AS j
-USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)b::bytea[])
+USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)b::bytea[])
     AS c (id, token, result)
 WHERE j.id = c.id AND j.queue = %(queue)s::text
-    AND (j.state = 'processing' AND j.attempts = c.token
+    AND (j.state = 'processing' AND j.claim_token = c.token
         AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING j.*, c.result AS handler_result
 
@@ -397,7 +403,7 @@ SELECT * FROM claimed
 UNION ALL
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: heartbeat
@@ -406,7 +412,7 @@ UPDATE @schema@.jobs SET
     claim_expires_at = @schema@.alk_now()
         + coalesce(%(extend_s)s::float8, visibility_timeout_s) * interval '1 second'
 WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-    AND (state = 'processing' AND attempts = %(token)s::integer
+    AND (state = 'processing' AND claim_token = %(token)s::bigint
         AND claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING id;
 
@@ -417,9 +423,9 @@ RETURNING id;
 UPDATE @schema@.jobs AS j SET
     claim_expires_at = @schema@.alk_now()
         + coalesce(%(extend_s)s::float8, j.visibility_timeout_s) * interval '1 second'
-FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS c(id, token)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.queue = %(queue)s::text
-    AND (j.state = 'processing' AND j.attempts = c.token
+    AND (j.state = 'processing' AND j.claim_token = c.token
         AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
 RETURNING j.id;
 
@@ -429,7 +435,7 @@ RETURNING j.id;
 WITH acked AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-        AND (state = 'processing' AND attempts = %(token)s::integer
+        AND (state = 'processing' AND claim_token = %(token)s::bigint
             AND claim_expires_at >= @schema@.alk_now()) IS TRUE
         AND keep_completed_s IS NULL
     RETURNING id
@@ -447,7 +453,7 @@ SELECT id FROM acked;
 WITH target AS MATERIALIZED (
     SELECT id, attempts >= max_attempts AS spent FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-        AND (state = 'processing' AND attempts = %(token)s::integer
+        AND (state = 'processing' AND claim_token = %(token)s::bigint
             AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     FOR UPDATE
 ),
@@ -468,7 +474,8 @@ requeued AS (
         last_error = %(error)s::text,
         claimed_by = NULL,
         claimed_at = NULL,
-        claim_expires_at = NULL
+        claim_expires_at = NULL,
+        claim_token = NULL
     FROM target AS t
     WHERE j.id = t.id AND NOT t.spent
     RETURNING j.id
@@ -480,7 +487,7 @@ SELECT id FROM dead UNION ALL SELECT id FROM requeued;
 WITH moved AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-        AND (state = 'processing' AND attempts = %(token)s::integer
+        AND (state = 'processing' AND claim_token = %(token)s::bigint
             AND claim_expires_at >= @schema@.alk_now()) IS TRUE
     RETURNING *
 ),
@@ -556,11 +563,11 @@ claimed AS (
 )
 SELECT
     acked.id,
-    -- A NULL per job field (21): the result has the job fields' shape, not the table's,
+    -- A NULL per job field (22): the result has the job fields' shape, not the table's,
     -- so a column a later migration adds to jobs changes no running statement's result
     -- (a prepared statement's result type must not change).
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM acked
 UNION ALL
 SELECT NULL, claimed.* FROM claimed
@@ -568,7 +575,7 @@ UNION ALL
 -- Q18.7: a limited queue's claim is one row of NULLs (see claim_gate).
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: complete_claims
@@ -617,14 +624,14 @@ claimed AS (
 SELECT
     done.id,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM done
 UNION ALL
 SELECT NULL, claimed.* FROM claimed
 UNION ALL
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: retry_claims
@@ -639,11 +646,11 @@ FROM gate AS g WHERE g.limited;
 WITH valid AS MATERIALIZED (
     SELECT j.id, c.ord, c.error, c.delay_s, j.attempts >= j.max_attempts AS spent
     FROM unnest(
-        %(ids)s::bigint[], %(tokens)s::integer[], %(errors)s::text[], %(delays)s::float8[]
+        %(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(delays)s::float8[]
     ) WITH ORDINALITY AS c (id, token, error, delay_s, ord)
     JOIN @schema@.jobs AS j ON j.id = c.id
     WHERE j.queue = %(queue)s::text
-        AND (j.state = 'processing' AND j.attempts = c.token
+        AND (j.state = 'processing' AND j.claim_token = c.token
             AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
     ORDER BY j.id
     FOR UPDATE OF j
@@ -670,7 +677,8 @@ requeued AS (
         last_error = t.error,
         claimed_by = NULL,
         claimed_at = NULL,
-        claim_expires_at = NULL
+        claim_expires_at = NULL,
+        claim_token = NULL
     FROM target AS t
     WHERE j.id = t.id AND NOT t.spent
     RETURNING t.ord
@@ -686,11 +694,11 @@ SELECT ord FROM requeued;
 -- retry_claims. Returns the ordinals of the items applied.
 WITH valid AS MATERIALIZED (
     SELECT j.id, c.ord, c.error
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(errors)s::text[])
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[])
         WITH ORDINALITY AS c (id, token, error, ord)
     JOIN @schema@.jobs AS j ON j.id = c.id
     WHERE j.queue = %(queue)s::text
-        AND (j.state = 'processing' AND j.attempts = c.token
+        AND (j.state = 'processing' AND j.claim_token = c.token
             AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
     ORDER BY j.id
     FOR UPDATE OF j
@@ -711,6 +719,33 @@ counted AS (
     )}
 )
 SELECT moved.ord FROM moved JOIN dead USING (id);
+
+-- name: release_claims
+-- Q19.8: give each listed (id, claim token) pair of this queue whose claim is valid (Q4's
+-- V) back: pending, ready now, its attempt given back (attempts - 1), last_error the
+-- reason, claim fields and token cleared; the queue is woken (NOTIFY, at commit) when
+-- any was released, so other workers take them at once. The ids released.
+WITH released AS (
+    UPDATE @schema@.jobs AS j SET
+        state = 'pending',
+        attempts = j.attempts - 1,
+        run_at = @schema@.alk_now(),
+        last_error = %(error)s::text,
+        claimed_by = NULL,
+        claimed_at = NULL,
+        claim_expires_at = NULL,
+        claim_token = NULL
+    FROM (SELECT DISTINCT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[])) AS c(id, token)
+    WHERE j.id = c.id AND j.queue = %(queue)s::text
+        AND (j.state = 'processing' AND j.claim_token = c.token
+            AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
+    RETURNING j.id
+),
+woken AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, '')
+    FROM (SELECT 1 FROM released LIMIT 1) AS any_row
+)
+SELECT id FROM released, (SELECT count(*) FROM woken) AS w;
 
 -- name: cancel
 -- Q7: delete this queue's live row, whatever its state; count it as cancelled (D27).

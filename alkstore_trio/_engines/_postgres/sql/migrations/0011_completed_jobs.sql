@@ -1,6 +1,5 @@
--- Migration 9: completed-job history and results (Q19.1-Q19.3). The schema placeholder
--- is replaced by the quoted schema name. (Numbered 10 once the claim tokens' migration
--- takes 9: the two touch different columns.)
+-- Migration 11: completed-job history and results (Q19.1-Q19.3). The schema
+-- placeholder is replaced by the quoted schema name.
 
 -- The stamp keep_completed_s (Q19.2): how long a job stays readable after its ack, NULL
 -- to delete it at its ack (every row enqueued before this migration). Dead rows keep
@@ -13,7 +12,8 @@ ALTER TABLE @schema@.dead_jobs ADD COLUMN keep_completed_s double precision;
 -- jobs and an INSERT here in one statement): the live table stays the size of the live
 -- work, and nothing on the claim path reads this table. purge_at is completed_at +
 -- keep_completed_s, indexed per queue for the sweeps' batched purge; the list index
--- serves the operator's keyset paging by id.
+-- serves the operator's keyset paging by id. A kept row keeps its last claim's fields
+-- and token, as a dead row does (D1).
 CREATE TABLE @schema@.completed_jobs (
     id bigint PRIMARY KEY,
     queue text NOT NULL,
@@ -34,6 +34,7 @@ CREATE TABLE @schema@.completed_jobs (
     headers jsonb NOT NULL DEFAULT '{}',
     unique_key text,
     concurrency_key text,
+    claim_token bigint,
     keep_completed_s double precision NOT NULL,
     completed_at timestamptz NOT NULL,
     purge_at timestamptz NOT NULL,
