@@ -257,6 +257,7 @@ from .q19_2_q19_3_history import (
 )
 from .q19_8_tokens import (
     q19_8_a_redriven_job_refuses_its_old_holders,
+    q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
     q19_8_bad_release_arguments_raise_without_effect,
     q19_8_every_claim_of_a_job_gets_a_new_token,
     q19_8_release_gives_the_claims_attempt_back,
@@ -455,6 +456,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q19_8_a_redriven_job_refuses_its_old_holders,
     q19_8_release_gives_the_claims_attempt_back,
     q19_8_bad_release_arguments_raise_without_effect,
+    q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
 )
 
 
