@@ -225,15 +225,17 @@ async def serve_sweeps(
                     error=describe(exc),
                 )
             else:
-                if result.expired or result.purged:
+                if any(result):
                     reporter.log(
                         logging.INFO,
                         "sweep",
                         None,
-                        "swept queue %r: %d expired, %d purged",
+                        "swept queue %r: %d expired, %d purged, %d completed purged, %d cancelled",
                         queue.name,
                         result.expired,
                         result.purged,
+                        result.purged_completed,
+                        result.cancelled,
                         queue=queue.name,
                     )
         await trio.sleep(interval_s)

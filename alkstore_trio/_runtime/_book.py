@@ -92,11 +92,13 @@ class Outcome(NamedTuple):
     ``"fail"``, ``"release"`` (given back because the worker stopped (Q19.8's release:
     the attempt is returned) or the lease was uncertain (a retry with delay 0: a handler
     that used a whole lease spends its attempt)) or ``"cancelled"`` (R15:
-    ``settle_cancelled``)."""
+    ``settle_cancelled``). An ack carries the handler's ``result`` (Q19.1) for a kept job
+    (``None`` for none, and always for an unkept job: the job actor discarded it)."""
 
     kind: str
     error: str | None = None
     delay_s: float | None = None
+    result: bytes | None = None
 
 
 def statement_kind(outcome: Outcome) -> str:

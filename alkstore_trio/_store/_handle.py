@@ -10,6 +10,7 @@ from .._core import Job, backoff_delay_s
 from .._core import _validate as v
 from .._engines._protocol import Claim, FailItem, RetryItem
 from .._errors import EngineError, HandleConsumed, InvalidArgument
+from ._results import ack_items
 
 if TYPE_CHECKING:
     import random
@@ -37,6 +38,33 @@ def claim_token(job: Job) -> int:
     if token is None:
         raise EngineError(f"the engine handed out job {job.id} without a claim token (Q19.8)")
     return token
+
+
+def checked_handles(
+    queue: Queue, handles: Iterable[JobHandle], *, where: str = "handles"
+) -> list[JobHandle]:
+    """The handles as a list, once each is known to be a job handle of ``queue``'s store
+    and queue and no job appears twice (the store must be open). ``where`` names the
+    argument they came from in messages."""
+    queue._store._check_open()
+    if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
+        raise InvalidArgument(
+            f"handles must be an iterable of job handles; got a {type(handles).__name__}"
+        )
+    checked = list(handles)
+    seen: set[int] = set()
+    for handle in checked:
+        if not isinstance(handle, JobHandle):
+            raise InvalidArgument(f"{where} must hold job handles; got a {type(handle).__name__}")
+        if handle._queue._store is not queue._store or handle._job.queue != queue.name:
+            raise InvalidArgument(
+                f"job handle {handle.id} belongs to another store or queue "
+                f"(queue {handle._job.queue!r}), not to queue {queue.name!r}"
+            )
+        if handle.id in seen:
+            raise InvalidArgument(f"job {handle.id} appears twice in {where}")
+        seen.add(handle.id)
+    return checked
 
 
 def checked_items(
@@ -141,15 +169,28 @@ class JobHandle:
         claims = [self._claim]
         return bool(await self._queue._engine.heartbeat(self._job.queue, claims, extend))
 
-    async def ack(self) -> bool:
-        """Finish the job: delete its row. One-shot.
+    async def ack(self, result: bytes | bytearray | memoryview | None = None) -> bool:
+        """Finish the job: delete its row, or (Q19.2) keep it as ``"completed"`` when its
+        stamp ``keep_completed_s`` keeps it. One-shot.
+
+        Args:
+            result: Q19.1: the job's result, stored with a kept job in the same atomic
+                step (``Job.result``); discarded when the job is not kept.
 
         Returns:
-            ``True`` if deleted; ``False`` if the claim was no longer valid.
+            ``True`` if finished; ``False`` if the claim was no longer valid.
+
+        Raises:
+            InvalidArgument: ``result`` is not bytes-like or ``None``, or is larger than
+                the store's ``max_result_bytes`` (nothing was done).
         """
         self._check_usable()
-        claims = [self._claim]
-        return bool(await _consume_all([self], self._queue._engine.ack(self._job.queue, claims)))
+        checked = v.result_bytes(result, self._queue._store.max_result_bytes)
+        claims, items = ack_items([self], [checked])
+        engine = self._queue._engine
+        queue = self._job.queue
+        done = engine.ack(queue, claims) if items is None else engine.complete(queue, items)
+        return bool(await _consume_all([self], done))
 
     async def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
         """Give the job back to run again later, or dead-letter it at its budget. One-shot.

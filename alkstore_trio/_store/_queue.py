@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, final, get_args
 
 import trio
 
@@ -13,7 +13,15 @@ from .._core._limits import _Unset, check_limit_args, merged_limits, refills
 from .._core._reschedule import check_reschedule
 from .._engines._protocol import FailItem
 from .._errors import InvalidArgument
-from ._handle import JobHandle, _consume_all, checked_items, naming_item, retry_item
+from ._handle import (
+    JobHandle,
+    _consume_all,
+    checked_handles,
+    checked_items,
+    naming_item,
+    retry_item,
+)
+from ._results import ack_items, checked_results
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -23,7 +31,8 @@ if TYPE_CHECKING:
 
 #: The most rows one :meth:`Queue.list_jobs` call returns (D26): payloads come along.
 LIST_LIMIT_MAX = 1000
-_STATES: tuple[JobState, ...] = ("pending", "processing", "cancelling", "dead")
+#: D26: the states a listing takes (Q19.2's kept ``completed`` and ``cancelled`` too).
+_STATES: tuple[JobState, ...] = get_args(JobState)
 
 
 @final
@@ -211,36 +220,54 @@ class Queue:
             return 0
         return await self._engine.ack_batch(self._name, checked)
 
-    async def ack_handles(self, handles: Iterable[JobHandle]) -> list[bool]:
+    async def ack_handles(
+        self, handles: Iterable[JobHandle], results: Iterable[object] | None = None
+    ) -> list[bool]:
         """Ack many claimed jobs of this queue with one statement (Q13; see D18).
 
-        Each job is deleted only if its handle's claim is still valid (Q4's predicate,
-        claim token included), so a stale claim is refused per job, exactly as
-        :meth:`JobHandle.ack` would refuse it. Afterwards every handle is consumed.
+        Each job is finished (deleted, or kept: Q19.2) only if its handle's claim is still
+        valid (Q4's predicate, claim token included), so a stale claim is refused per
+        job, exactly as :meth:`JobHandle.ack` would refuse it. Afterwards every handle
+        is consumed.
+
+        Args:
+            handles: Distinct unconsumed handles of jobs of this queue.
+            results: Q19.1: one result per handle (bytes-like or ``None``), stored with
+                the kept jobs; ``None`` for no results.
 
         Returns:
-            One bool per handle, in order: ``True`` if its job was deleted, ``False`` if
+            One bool per handle, in order: ``True`` if its job was finished, ``False`` if
             its claim was no longer valid (the row is left untouched).
 
         Raises:
-            InvalidArgument: an item is not a job handle of this store and queue, or a job
-                appears twice.
+            InvalidArgument: an item is not a job handle of this store and queue, a job
+                appears twice, or ``results`` is not one valid result per handle.
             HandleConsumed: a handle was already used for ack, retry or fail (nothing was
                 done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         for handle in checked:
             handle._check_usable()
+        given = checked_results(results, len(checked), self._store.max_result_bytes)
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
-        claims = [handle._claim for handle in checked]
-        deleted = set(await _consume_all(checked, self._engine.ack(self._name, claims)))
+        claims, items = ack_items(checked, given)
+        done = (
+            self._engine.ack(self._name, claims)
+            if items is None
+            else self._engine.complete(self._name, items)
+        )
+        deleted = set(await _consume_all(checked, done))
         return [handle.id in deleted for handle in checked]
 
     async def ack_handles_and_claim(
-        self, handles: Iterable[JobHandle], worker_id: str, n: int
+        self,
+        handles: Iterable[JobHandle],
+        worker_id: str,
+        n: int,
+        results: Iterable[object] | None = None,
     ) -> tuple[list[bool], list[JobHandle]]:
         """Ack many claimed jobs of this queue, then claim up to ``n`` more, in one atomic
         step (Q13; see D21): on PostgreSQL one statement, so a worker's finished jobs and
@@ -257,6 +284,7 @@ class Queue:
             worker_id: Who claims (stored as ``claimed_by``); a non-empty str.
             n: How many to claim at most; ``n <= 0`` claims nothing (no pre-claim sweep
                 either): then this is an ``ack_handles``.
+            results: Q19.1: one result per handle, as for :meth:`ack_handles`.
 
         Returns:
             One bool per handle, in order (``True`` if its job was deleted), and the
@@ -269,26 +297,28 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         for handle in checked:
             handle._check_usable()
         checked_worker = v.check_worker_id(worker_id)
         count = v.check_batch_size(n)
-        claims = [handle._claim for handle in checked]
+        given = checked_results(results, len(checked), self._store.max_result_bytes)
         if count <= 0:
             if not checked:
                 await trio.lowlevel.checkpoint()
                 return [], []
-            deleted = await _consume_all(checked, self._engine.ack(self._name, claims))
-            jobs: list[Job] = []
-        elif not checked:
+            return await self.ack_handles(checked, given), []
+        if not checked:
             jobs = await self._engine.claim(self._name, checked_worker, count)
-            deleted = []
+            deleted: list[int] = []
         else:
-            deleted, jobs = await _consume_all(
-                checked,
-                self._engine.ack_and_claim(self._name, claims, checked_worker, count),
+            claims, items = ack_items(checked, given)
+            fused = (
+                self._engine.ack_and_claim(self._name, claims, checked_worker, count)
+                if items is None
+                else self._engine.complete_and_claim(self._name, items, checked_worker, count)
             )
+            deleted, jobs = await _consume_all(checked, fused)
         acked = set(deleted)
         return [handle.id in acked for handle in checked], [JobHandle(self, job) for job in jobs]
 
@@ -318,7 +348,7 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
         for handle in checked:
             handle._check_usable()
@@ -362,7 +392,7 @@ class Queue:
             StoreClosed: the store is closed.
         """
         rows = checked_items(self._store, items, ("handle", "error", "delay_s"))
-        checked = self._checked_handles([row[0] for row in rows], where="items")
+        checked = checked_handles(self, [row[0] for row in rows], where="items")
         for handle in checked:
             handle._check_usable()
         resolved: list[tuple[JobHandle, str | None, float | None]] = []
@@ -399,7 +429,7 @@ class Queue:
             HandleConsumed: a handle was already used (nothing was done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         checked_error = v.check_error_text(error)
         for handle in checked:
             handle._check_usable()
@@ -436,7 +466,7 @@ class Queue:
             StoreClosed: the store is closed.
         """
         rows = checked_items(self._store, items, ("handle", "error"))
-        checked = self._checked_handles([row[0] for row in rows], where="items")
+        checked = checked_handles(self, [row[0] for row in rows], where="items")
         for handle in checked:
             handle._check_usable()
         claims: list[FailItem] = []
@@ -447,34 +477,6 @@ class Queue:
             await trio.lowlevel.checkpoint()
             return []
         return await _consume_all(checked, self._engine.fail(self._name, claims))
-
-    def _checked_handles(
-        self, handles: Iterable[JobHandle], *, where: str = "handles"
-    ) -> list[JobHandle]:
-        """The handles as a list, once each is known to be a job handle of this store
-        and queue and no job appears twice (the store must be open). ``where`` names
-        the argument they came from in messages."""
-        self._store._check_open()
-        if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
-            raise InvalidArgument(
-                f"handles must be an iterable of job handles; got a {type(handles).__name__}"
-            )
-        checked = list(handles)
-        seen: set[int] = set()
-        for handle in checked:
-            if not isinstance(handle, JobHandle):
-                raise InvalidArgument(
-                    f"{where} must hold job handles; got a {type(handle).__name__}"
-                )
-            if handle._queue._store is not self._store or handle._job.queue != self._name:
-                raise InvalidArgument(
-                    f"job handle {handle.id} belongs to another store or queue "
-                    f"(queue {handle._job.queue!r}), not to queue {self._name!r}"
-                )
-            if handle.id in seen:
-                raise InvalidArgument(f"job {handle.id} appears twice in {where}")
-            seen.add(handle.id)
-        return checked
 
     async def cancel(self, job_id: int) -> bool:
         """Cancel this queue's live job (Q19.5).
@@ -496,7 +498,7 @@ class Queue:
         """Q19.5: their holder stopped: record each job cancelled if it is cancelling
         under the handle's claim token (no lease check). Handles may be consumed already
         (an ack refused as the job was cancelling). One bool per handle, in order."""
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
@@ -677,7 +679,8 @@ class Queue:
         you walk, so a listing is a series of snapshots, not one.
 
         Args:
-            state: ``"pending"``, ``"processing"``, ``"cancelling"`` or ``"dead"``.
+            state: ``"pending"``, ``"processing"``, ``"cancelling"``, ``"dead"`` or
+                (Q19.2, kept rows) ``"completed"`` or ``"cancelled"``.
             limit: The most jobs to return, 1 to 1000 (payloads come along).
             after_id: Only jobs with a larger id; ``None`` starts at the first.
 
@@ -692,7 +695,8 @@ class Queue:
         if not isinstance(state, str) or state not in _STATES:
             shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
             raise InvalidArgument(
-                f"state must be one of 'pending', 'processing', 'cancelling' or 'dead'; got {shown}"
+                "state must be one of 'pending', 'processing', 'cancelling', 'dead', "
+                f"'completed' or 'cancelled'; got {shown}"
             )
         checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
         checked_after = (

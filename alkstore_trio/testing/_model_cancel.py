@@ -2,10 +2,10 @@
 
 A cancelled pending row, or a processing or cancelling row whose lease lapsed (``now >
 claim_expires_at``), is finalized at once: it leaves the rows and is counted cancelled
-(D27). A processing row under a live lease becomes ``"cancelling"`` and stays until its
-holder settles it (same claim token, any time) or the sweep finds its lease lapsed. The
-model writes these rules out itself, so that it stays an oracle independent of the
-core's ``_transitions``.
+(D27), and kept as ``"cancelled"`` when its stamp keeps it (Q19.2). A processing row
+under a live lease becomes ``"cancelling"`` and stays until its holder settles it (same
+claim token, any time) or the sweep finds its lease lapsed. The model writes these
+rules out itself, so that it stays an oracle independent of the core's ``_transitions``.
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ def cancel(model: ReferenceModel, queue: str, job_id: int, now: datetime) -> boo
     if job is None or job.queue != queue or job.state == "dead":
         return False
     if job.state == "pending" or _lapsed(job, now):
-        finalize(model, job)
+        finalize(model, job, now)
     else:
         model._rows[job_id] = replace(job, state="cancelling")
     return True
 
 
-def settle(model: ReferenceModel, queue: str, claims: Iterable[tuple[int, int]]) -> list[int]:
+def settle(
+    model: ReferenceModel, queue: str, claims: Iterable[tuple[int, int]], now: datetime
+) -> list[int]:
     """Q19.5: ``settle_cancelled``: each distinct (id, token) of a cancelling row of this
     queue claimed with that token is finalized, lease lapsed or not; the ids, in order."""
     settled = []
@@ -49,7 +51,7 @@ def settle(model: ReferenceModel, queue: str, claims: Iterable[tuple[int, int]])
             and job.state == "cancelling"
             and job.claim_token == token
         ):
-            finalize(model, job)
+            finalize(model, job, now)
             settled.append(job_id)
     return settled
 
@@ -74,11 +76,13 @@ def sweep(model: ReferenceModel, queue: str, now: datetime) -> int:
         if job.queue == queue and job.state == "cancelling" and _lapsed(job, now)
     ]
     for job in lapsed:
-        finalize(model, job)
+        finalize(model, job, now)
     return len(lapsed)
 
 
-def finalize(model: ReferenceModel, job: Job) -> None:
-    """The job is recorded cancelled: its row goes, and it is counted (D27)."""
+def finalize(model: ReferenceModel, job: Job, now: datetime) -> None:
+    """The job is recorded cancelled: its row goes, and it is counted (D27); its stamp
+    ``keep_completed_s`` set, it is kept as ``"cancelled"`` (Q19.2's history)."""
     del model._rows[job.id]
     model._count(job.queue, "cancelled")
+    model.kept.cancelled(job, now)

@@ -684,7 +684,7 @@ def test_q19_5_a_cancelling_row_survives_a_clock_set_back_and_lapses_to_the_swee
     # A clock set back rebuilds the heaps: the cancelling row stays out of every claim.
     assert table.claim("q", "w", 10, at(1)) == []
     assert table.claim("q", "w", 10, at(30)) == []
-    assert table.sweep_expired("q", None, at(30)) == SweepResult(0, 0, 1)
+    assert table.sweep_expired("q", None, at(30)) == SweepResult(0, 0, cancelled=1)
     assert table.get(job_id, "q") is None
 
 

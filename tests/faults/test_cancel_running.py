@@ -126,7 +126,8 @@ async def test_r15_cancelling_1000_running_jobs_reaches_every_handler(
 async def test_r15_old_workers_read_a_cancel_announcement_as_a_plain_wake():
     # A worker of the previous version parses every payload of the wake channel as a due
     # time: 'cancel:17' is unreadable, so it is a plain wake (one more claim), harmless.
-    from alkstore_trio._engines._postgres._backend import _cancelled_id, _due_in_s
+    from alkstore_trio._engines._postgres._notes import cancelled_id as _cancelled_id
+    from alkstore_trio._engines._postgres._notes import due_in_s as _due_in_s
 
     assert _due_in_s("cancel:17") is None
     assert _cancelled_id("cancel:17") == 17

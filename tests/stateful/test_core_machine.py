@@ -281,7 +281,7 @@ class CoreAgainstModel(RuleBasedStateMachine):
         claims = data.draw(st.lists(st.sampled_from(self.claims), max_size=3), label="claims")
         pairs = [(job.id, job.claim_token) for job in claims]
         got = self.table.settle_cancelled(queue, pairs, self.now)
-        assert got == self.model.settle_cancelled(queue, pairs)
+        assert got == self.model.settle_cancelled(queue, pairs, now=self.now)
 
     @rule(queue=queues, data=st.data())
     def cancelling_among(self, queue, data):

@@ -33,7 +33,7 @@ def cancel(table: JobTable, queue: str, job_id: int, now: datetime) -> tuple[boo
     if job is None or job.queue != queue:
         return False, False
     if t.cancel_step(job, now) == "finalize":
-        finalize(table, job)
+        finalize(table, job, now)
         return True, False
     if job.state == "processing":
         table._set_live(t.cancelling(job), now)
@@ -48,7 +48,7 @@ def settle(table: JobTable, queue: str, claims: Iterable[Claim], now: datetime) 
     for job_id, token in dict.fromkeys(claims):
         job = table._live.get(job_id)
         if job is not None and job.queue == queue and t.is_settleable(job, token):
-            finalize(table, job)
+            finalize(table, job, now)
             settled.append(job_id)
     return settled
 
@@ -73,14 +73,16 @@ def sweep(table: JobTable, index: _QueueIndex, now: datetime) -> int:
     while heap and heap[0][0] < now:
         _, job_id, gen = heapq.heappop(heap)
         if table._gen.get(job_id) == gen:
-            finalize(table, table._live[job_id])
+            finalize(table, table._live[job_id], now)
             count += 1
     return count
 
 
-def finalize(table: JobTable, job: Job) -> None:
+def finalize(table: JobTable, job: Job, now: datetime) -> None:
     """Q19.5: record a live row as cancelled: it leaves the live rows (its unique key
-    frees) and is counted (D27). The one place a job becomes *cancelled*; Q19.3's keep
-    step (a kept job moved to the completed rows as ``cancelled``) belongs here."""
+    frees) and is counted (D27); its stamp ``keep_completed_s`` set, it is kept in the
+    table's history as ``"cancelled"`` (Q19.2). The one place a job becomes *cancelled*."""
     table._drop_live(job.id)
     table._counts(job.queue).cancelled += 1
+    if job.keep_completed_s is not None:
+        table.history.keep(t.kept_cancelled(job, now))

@@ -5,6 +5,7 @@ unknown and other queues' rows are not touched."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ... import InvalidArgument, QueueOpts, SweepResult
@@ -152,7 +153,9 @@ async def q19_5_a_lapsed_cancelling_row_is_finalized_by_cancel_or_the_sweep(
         await harness.advance(5)  # the leases lapsed
         assert await queue.cancel(marked) is True, "cancel of a lapsed cancelling row"
         await _assert_gone(queue, marked, "cancel of a lapsed cancelling row")
-        assert await queue.sweep_expired() == SweepResult(0, 0, 1), "the sweep's cancelled"
+        assert await queue.sweep_expired() == SweepResult(0, 0, cancelled=1), (
+            "the sweep's cancelled"
+        )
         await _assert_gone(queue, swept, "the sweep of a lapsed cancelling row")
         await _assert_state(queue, lapsed, "dead", "the expired processing row")
         entry = (await store.stats()).queue(queue.name)
@@ -182,3 +185,59 @@ async def q19_5_cancel_does_not_touch_dead_unknown_or_other_queue_rows(
             assert await queue.cancel(unknown) is False, f"cancel({unknown}) returned True"
         await _raises(InvalidArgument, "cancel('1')", queue.cancel, "1")
         assert await queue.cancelling_among([foreign, dead]) == [], "cancelling_among"
+
+
+@_check
+async def q19_5_a_kept_job_recorded_cancelled_moves_to_history_as_cancelled(
+    harness: EngineHarness,
+) -> None:
+    """Q19.5 with Q19.2/Q19.3: a job whose stamp ``keep_completed_s`` is set and that is
+    recorded cancelled (by ``cancel`` at once, by its holder's ``settle_cancelled`` or by
+    the sweep) reads back as ``"cancelled"``: the row as it was, ``completed_at`` when it
+    was recorded cancelled, no result; ``list_jobs("cancelled")`` lists it and
+    ``list_jobs("completed")`` does not; its unique key is free, a cancel leaves it
+    alone, ``stats`` counts it once in ``cancelled_total``; an unkept job is deleted; the
+    sweep purges the kept rows after ``keep_completed_s``."""
+    async with harness.open_store() as store:
+        queue = store.queue("cancel-kept", QueueOpts(keep_completed_s=100, visibility_timeout_s=10))
+        pending = await queue.enqueue(b"p", unique_key="k")
+        settled = await queue.enqueue(b"s")
+        lapsed = await queue.enqueue(b"l")
+        before = await _get(queue, pending)
+        t0 = await harness.now()
+        assert await queue.cancel(pending) is True, "cancel of a kept pending job"
+        want = dataclasses.replace(before, state="cancelled", completed_at=t0, result=None)
+        assert await _get(queue, pending) == want, "the kept pending job as cancelled"
+        assert (await queue.enqueue(b"again", unique_key="k")).created, "the key stayed held"
+        holder = await _claim_id(queue, settled, "holder")
+        await _claim_id(queue, lapsed, "holder")
+        claimed = {job_id: await _get(queue, job_id) for job_id in (settled, lapsed)}
+        assert await queue.cancel(settled) is True, "cancel of a kept processing job"
+        assert await queue.cancel(lapsed) is True, "cancel of a kept processing job"
+        await harness.advance(2)
+        t1 = await harness.now()
+        assert await queue.settle_cancelled([holder]) == [True], "settle of a kept job"
+        await harness.advance(10)
+        t2 = await harness.now()
+        assert (await queue.sweep_expired()).cancelled == 1, "the sweep's lapsed cancel"
+        for job_id, at in ((settled, t1), (lapsed, t2)):
+            want = dataclasses.replace(
+                claimed[job_id], state="cancelled", completed_at=at, result=None
+            )
+            assert await _get(queue, job_id) == want, f"kept cancelled job {job_id}"
+            assert await store.get_job(job_id) == want, f"find_job of kept job {job_id}"
+        listed = [job.id for job in await queue.list_jobs("cancelled")]
+        assert listed == [pending, settled, lapsed], f"list_jobs('cancelled') = {listed}"
+        assert await queue.list_jobs("completed") == [], "a cancelled job listed as completed"
+        assert await queue.cancel(pending) is False, "cancel touched a kept cancelled row"
+        seen = await _cancel_counts(store, queue)
+        assert seen == (0, 0, 3), f"(processing, cancelling, cancelled) = {seen}"
+        plain = store.queue("cancel-unkept")
+        gone = await plain.enqueue(b"x")
+        assert await plain.cancel(gone) is True
+        await _assert_gone(plain, gone, "an unkept cancelled job")
+        await harness.advance(100 + INSTANT_S)  # past the last one's completed_at + 100
+        swept = await queue.sweep_expired()
+        assert swept.purged_completed == 3, f"the purge of the kept cancelled rows: {swept}"
+        for job_id in (pending, settled, lapsed):
+            await _assert_gone(queue, job_id, "a purged kept cancelled job")

@@ -66,14 +66,13 @@ def _token(job: Job) -> int:
 
 
 async def apply_settle_cancelled(run: _Run, step: SettleCancelled, now: datetime) -> object:
-    del now  # no lease check
     queue = run.queues[step.queue]
     slots = [run.slots[label] for label in step.handles]
     for slot in slots:
         slot.consumed = True
     got = await queue.settle_cancelled([slot.handle for slot in slots])
     claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
-    settled = run.model.settle_cancelled(queue.name, claims)
+    settled = run.model.settle_cancelled(queue.name, claims, now=now)
     _agree(f"{step}: results", got, [job_id in settled for job_id, _ in claims])
     return got
 

@@ -1,4 +1,4 @@
--- Migration 11: two-phase cancel (Q19.5). The schema placeholder is replaced by the
+-- Migration 12: two-phase cancel (Q19.5). The schema placeholder is replaced by the
 -- quoted schema name.
 
 -- When cancel was first called on the job while it was processing. A nullable column
@@ -16,6 +16,16 @@ ALTER TABLE @schema@.jobs
     DROP CONSTRAINT jobs_state_check;
 ALTER TABLE @schema@.jobs RENAME CONSTRAINT jobs_state_check_new TO jobs_state_check;
 ALTER TABLE @schema@.jobs VALIDATE CONSTRAINT jobs_state_check;
+
+-- A kept job (Q19.2, migration 11) may now be kept as 'cancelled' too: the same swap
+-- on completed_jobs, under the same locks.
+ALTER TABLE @schema@.completed_jobs
+    ADD CONSTRAINT completed_jobs_state_check_new
+        CHECK (state IN ('completed', 'cancelled')) NOT VALID,
+    DROP CONSTRAINT completed_jobs_state_check;
+ALTER TABLE @schema@.completed_jobs
+    RENAME CONSTRAINT completed_jobs_state_check_new TO completed_jobs_state_check;
+ALTER TABLE @schema@.completed_jobs VALIDATE CONSTRAINT completed_jobs_state_check;
 
 -- The sweep finds the cancelling rows whose lease lapsed through this index; it is
 -- empty in the usual case (no row is cancelling). Its build reads the table once under
