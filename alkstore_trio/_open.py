@@ -61,6 +61,7 @@ async def open_store(
     clock: Clock | None = None,
     rng: random.Random | None = None,
     max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES,
+    max_result_bytes: int = v.DEFAULT_MAX_RESULT_BYTES,
     schema: str = "alkstore",
     pool_size: int = 10,
     connect_timeout_s: float = 10.0,
@@ -91,6 +92,9 @@ async def open_store(
         rng: The random source of the retry backoff draw (default: a fresh
             ``random.Random()``); pass a seeded one for reproducible delays.
         max_payload_bytes: The largest payload accepted, in bytes (default 1 MiB).
+        max_result_bytes: Q19.1: the largest result an ack accepts, in bytes (default
+            1 MiB, at most 2**30). A worker retries a job whose handler returned a larger
+            one, with an error saying so: results are never truncated.
         schema: PostgreSQL only: the schema holding the tables (always quoted).
         pool_size: PostgreSQL only: the most connections the store holds at once (plus
             one for LISTEN once a wake listener is open).
@@ -115,6 +119,7 @@ async def open_store(
     if rng is not None and not isinstance(rng, random.Random):
         raise InvalidArgument(f"rng must be a random.Random or None; got {type(rng).__name__}")
     max_bytes = v.check_int("max_payload_bytes", max_payload_bytes, lo=0, hi=2**30)
+    max_result = v.check_int("max_result_bytes", max_result_bytes, lo=0, hi=2**30)
     options: dict[str, object] = {
         "clock": clock,
         "schema": schema,
@@ -139,7 +144,12 @@ async def open_store(
             f"url must be a str such as 'memory://' or an engine instance; got {_redacted(url)}"
         )
     async with engine.open():
-        store = Store(engine, rng=rng or random.Random(), max_payload_bytes=max_bytes)
+        store = Store(
+            engine,
+            rng=rng or random.Random(),
+            max_payload_bytes=max_bytes,
+            max_result_bytes=max_result,
+        )
         try:
             yield store
         finally:

@@ -35,6 +35,7 @@ from ._engines._memory import Clock as Clock
 from ._engines._memory import MemoryEngine as MemoryEngine
 from ._engines._memory import WallClock as WallClock
 from ._engines._protocol import Claim as Claim
+from ._engines._protocol import Completion as Completion
 from ._engines._protocol import Engine as Engine
 from ._engines._protocol import EngineTransaction as EngineTransaction
 from ._engines._protocol import FailItem as FailItem

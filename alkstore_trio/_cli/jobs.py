@@ -63,26 +63,25 @@ def add_parser(
             "headers, one NAME=VALUE a line. The payload is "
             "shown as its size and a safe preview: JSON or text as text (cut after "
             f"{PREVIEW_CHARS} characters), other bytes as hex of the first {PREVIEW_BYTES}. "
-            "--payload writes the raw payload bytes to stdout instead, and nothing else."
+            "--payload writes the raw payload bytes to stdout instead, and nothing else. "
+            "A completed job (kept by keep_completed_s) shows completed_at and its result "
+            "the same way; --result-file F writes the raw result bytes to F."
         ),
         examples=[
             "alkstore-trio jobs show 42",
             "alkstore-trio jobs show 42 --payload > job42.bin",
+            "alkstore-trio jobs show 42 --result-file result42.bin",
             "alkstore-trio jobs show 42 --json",
         ],
     )
-    show.add_argument("job_id", metavar="ID", type=job_id, help="the job's id")
-    show.add_argument(
-        "--payload", action="store_true", help="write only the raw payload bytes to stdout"
-    )
-    show.add_argument("--json", action="store_true", help="print the job as JSON")
+    _add_show_options(show)
     listing = add_command(
         jobs_commands,
         env,
         "list",
         list_jobs,
         title="jobs list",
-        help="list a queue's pending, processing or dead jobs, by id",
+        help="list a queue's pending, processing, dead or completed jobs, by id",
         description=(
             "List a queue's jobs in one state, oldest id first, one line each. "
             "--after-id pages: pass the last id shown."
@@ -90,6 +89,7 @@ def add_parser(
         examples=[
             "alkstore-trio jobs list --queue emails --state pending",
             "alkstore-trio jobs list --queue emails --state dead --after-id 1200 --limit 100",
+            "alkstore-trio jobs list --queue reports --state completed",
         ],
     )
     listing.add_argument(
@@ -98,11 +98,29 @@ def add_parser(
     listing.add_argument(
         "--state",
         required=True,
-        choices=("pending", "processing", "dead"),
-        help="which jobs: pending, processing or dead (required)",
+        choices=("pending", "processing", "dead", "completed"),
+        help=(
+            "which jobs: pending, processing, dead or completed (kept after their ack "
+            "by keep_completed_s) (required)"
+        ),
     )
     add_list_options(listing)
     add_reschedule(jobs_commands, env)  # Q16
+
+
+def _add_show_options(show: argparse.ArgumentParser) -> None:
+    """The id and the output options of ``jobs show``."""
+    show.add_argument("job_id", metavar="ID", type=job_id, help="the job's id")
+    show.add_argument(
+        "--payload", action="store_true", help="write only the raw payload bytes to stdout"
+    )
+    show.add_argument("--json", action="store_true", help="print the job as JSON")
+    show.add_argument(
+        "--result-file",
+        metavar="F",
+        default=None,
+        help="write the completed job's raw result bytes to the file F",
+    )
 
 
 def add_list_options(parser: argparse.ArgumentParser) -> None:
@@ -154,7 +172,7 @@ def _job_dict(job: Job) -> dict[str, object]:
     out: dict[str, object] = {
         field.name: getattr(job, field.name)
         for field in dataclasses.fields(job)
-        if field.name != "payload"
+        if field.name not in ("payload", "result")
     }
     for name, value in out.items():
         if isinstance(value, datetime):
@@ -163,6 +181,11 @@ def _job_dict(job: Job) -> dict[str, object]:
     out["payload_size"] = len(job.payload)
     out["payload_kind"] = kind
     out["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
+    # Q19.1: a completed job's result, as the payload (None: no result).
+    out["result_size"] = None if job.result is None else len(job.result)
+    out["result_base64"] = (
+        None if job.result is None else base64.b64encode(job.result).decode("ascii")
+    )
     return out
 
 
@@ -172,8 +195,11 @@ async def show_job(args: argparse.Namespace) -> int:
     if job is None:
         raise CommandFailed(
             f"no job {args.job_id}: it was never enqueued, or it was acked, cancelled or "
-            "purged (finished jobs leave no row)"
+            "purged (finished jobs leave no row unless their queue keeps them: "
+            "keep_completed_s)"
         )
+    if args.result_file is not None:
+        return _write_result(job, args.result_file)
     if args.payload:
         sys.stdout.buffer.write(job.payload)
         sys.stdout.buffer.flush()
@@ -201,10 +227,44 @@ async def show_job(args: argparse.Namespace) -> int:
         *(("headers" if i == 0 else "", line) for i, line in enumerate(_header_lines(job))),
         ("payload", f"{len(job.payload)} bytes, {kind}"),
         ("preview", preview or "(empty)"),
+        *_result_lines(job),
     ]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
         say(f"{name.ljust(width)}  {value}")
+    return EXIT_OK
+
+
+def _result_lines(job: Job) -> list[tuple[str, str]]:
+    """Q19.1/Q19.2: ``jobs show``'s lines for a completed job: when, and its result's
+    size and a bounded preview (as the payload's); none for a job not completed."""
+    if job.state != "completed":
+        return []
+    lines = [("completed_at", iso(job.completed_at))]
+    if job.result is None:
+        return [*lines, ("result", "-")]
+    kind, preview = _preview(job.result)
+    return [
+        *lines,
+        ("result", f"{len(job.result)} bytes, {kind}"),
+        ("result preview", preview or "(empty)"),
+    ]
+
+
+def _write_result(job: Job, path: str) -> int:
+    """``--result-file``: the raw result bytes into the file; a job without a result is
+    an error (nothing is written)."""
+    if job.result is None:
+        raise CommandFailed(
+            f"job {job.id} has no result (state {job.state}: only a completed job of a "
+            "queue with keep_completed_s keeps one, and only when its handler returned bytes)"
+        )
+    try:
+        with open(path, "wb") as out:
+            out.write(job.result)
+    except OSError as exc:
+        raise CommandFailed(f"cannot write the result to {path!r}: {exc.strerror}") from exc
+    say(f"wrote {len(job.result)} bytes of job {job.id}'s result to {path}")
     return EXIT_OK
 
 
@@ -232,6 +292,21 @@ def print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
             say(json.dumps(_job_dict(job)))
         return
     if not jobs:
+        return
+    if jobs[0].state == "completed":  # Q19.2
+        header = ["ID", "QUEUE", "ATTEMPTS", "COMPLETED AT", "RESULT"]
+        rows = [
+            [
+                str(job.id),
+                job.queue,
+                f"{job.attempts}/{job.max_attempts}",
+                iso(job.completed_at),
+                "-" if job.result is None else f"{len(job.result)} bytes",
+            ]
+            for job in jobs
+        ]
+        for line in table(header, rows, "rlrlr"):
+            say(line)
         return
     if dead:
         header = ["ID", "QUEUE", "ATTEMPTS", "DIED AT", "LAST ERROR"]

@@ -58,15 +58,33 @@ async def run(args: argparse.Namespace) -> int:
         }
     if args.json:
         queues = [
-            {"queue": name, "expired": result.expired, "purged": result.purged}
+            {
+                "queue": name,
+                "expired": result.expired,
+                "purged": result.purged,
+                "purged_completed": result.purged_completed,
+            }
             for name, result in results.items()
         ]
         expired = sum(result.expired for result in results.values())
         purged = sum(result.purged for result in results.values())
-        say(json.dumps({"queues": queues, "expired": expired, "purged": purged}))
+        completed = sum(result.purged_completed for result in results.values())
+        say(
+            json.dumps(
+                {
+                    "queues": queues,
+                    "expired": expired,
+                    "purged": purged,
+                    "purged_completed": completed,
+                }
+            )
+        )
         return EXIT_OK
     for name, result in results.items():
-        say(f"queue {name!r}: expired {result.expired}, purged {result.purged}")
+        say(
+            f"queue {name!r}: expired {result.expired}, purged {result.purged}, "
+            f"completed purged {result.purged_completed}"
+        )
     if not results:
         say("no queue has jobs; nothing to sweep")
     return EXIT_OK

@@ -37,12 +37,14 @@ from ._transitions import MAX_ATTEMPTS_EXCEEDED as MAX_ATTEMPTS_EXCEEDED
 from ._transitions import backoff_delay_s as backoff_delay_s
 from ._transitions import claim_order_key as claim_order_key
 from ._transitions import claimed as claimed
+from ._transitions import completed as completed
 from ._transitions import dead as dead
 from ._transitions import enqueued_job as enqueued_job
 from ._transitions import failed as failed
 from ._transitions import heartbeaten as heartbeaten
 from ._transitions import is_ackable as is_ackable
 from ._transitions import is_claimable as is_claimable
+from ._transitions import is_completed_purgeable as is_completed_purgeable
 from ._transitions import is_dead_older_than as is_dead_older_than
 from ._transitions import is_expired as is_expired
 from ._transitions import is_purgeable as is_purgeable

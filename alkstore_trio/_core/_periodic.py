@@ -278,6 +278,7 @@ def fire_spec(p: Periodic, fire_at: datetime) -> EnqueueSpec:
         backoff_base_s=p.opts.backoff_base_s,
         expires_in_s=p.opts.expires_in_s,
         headers=stamped,
+        keep_completed_s=p.opts.keep_completed_s,
     )
 
 

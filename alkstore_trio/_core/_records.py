@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from datetime import datetime
 
-JobState: TypeAlias = Literal["pending", "processing", "dead"]
+#: Q8: a row's state. ``"completed"`` (Q19.2) is a kept row after its ack: only jobs
+#: whose stamp ``keep_completed_s`` is not ``None`` have one.
+JobState: TypeAlias = Literal["pending", "processing", "dead", "completed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,9 @@ class QueueOpts:
             dead-lettered by the next sweep (> 0), or ``None`` for never.
         dead_letter_retention_s: How long a sweep keeps dead rows (>= 0), or ``None`` to
             keep them forever. Used by the sweeping handle, not stamped onto rows.
+        keep_completed_s: Q19.2: how long a job stays readable after its ack, as a
+            ``"completed"`` row with its result (>= 0), or ``None`` to delete it at its
+            ack (the default). A stamp: whichever worker acks the job keeps it or not.
 
     Raises:
         InvalidArgument: a value is NaN, infinite, a bool, negative, out of range or of the
@@ -42,6 +47,7 @@ class QueueOpts:
     backoff_base_s: float = 5.0
     expires_in_s: float | None = None
     dead_letter_retention_s: float | None = None
+    keep_completed_s: float | None = None
 
     def __post_init__(self) -> None:
         checked = {
@@ -55,6 +61,9 @@ class QueueOpts:
             ),
             "dead_letter_retention_s": v.check_optional_duration(
                 "dead_letter_retention_s", self.dead_letter_retention_s, min_s=0
+            ),
+            "keep_completed_s": v.check_optional_duration(
+                "keep_completed_s", self.keep_completed_s, min_s=0
             ),
         }
         for name, value in checked.items():
@@ -155,6 +164,14 @@ class Job:
     #: Q19.8: the claim token every operation on the claim is checked against (V), out
     #: of ``repr``: whoever knows it can ack the job.
     claim_token: int | None = field(default=None, repr=False)
+    #: Q19.2: the stamp ``keep_completed_s``: seconds the job stays readable after its
+    #: ack (``None``: deleted at its ack).
+    keep_completed_s: float | None = None
+    #: Q19.2: when a kept job was acked (``None`` unless ``state == "completed"``).
+    completed_at: datetime | None = None
+    #: Q19.1: the handler's result stored with the ack of a kept job (``None`` for none),
+    #: left out of ``repr`` like the payload.
+    result: bytes | None = field(default=None, repr=False)
 
 
 class SweepResult(NamedTuple):
@@ -163,10 +180,13 @@ class SweepResult(NamedTuple):
     Attributes:
         expired: Live rows moved to dead because they expired.
         purged: Dead rows deleted because their retention ran out.
+        purged_completed: Q19.3: kept rows (``"completed"``) deleted because their
+            ``completed_at + keep_completed_s`` passed.
     """
 
     expired: int
     purged: int
+    purged_completed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +261,7 @@ class StoreStats:
         now: The engine's clock at the reading (the database's clock on PostgreSQL).
         ids_issued: How many job ids the store has handed out so far (enqueued rows,
             and ids of rolled-back transactions), across every queue: two readings give
-            the store's enqueue rate. ``ids_issued - live - dead`` only grows, by every
+            the store's enqueue rate. ``ids_issued - live - dead - kept`` only grows, by every
             ack, cancel, purge and rolled-back id (D23).
         queues: One entry per queue, by name.
     """
@@ -287,6 +307,8 @@ class EnqueueSpec(NamedTuple):
     #: Q18.8: the queue's ``max_running_per_key`` counts the live jobs of this key;
     #: ``None`` for no key.
     concurrency_key: str | None = None
+    #: Q19.2: the stamp ``keep_completed_s`` (``None``: not kept after the ack).
+    keep_completed_s: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -295,7 +317,7 @@ class EnqueueSpec(NamedTuple):
             f"max_attempts={self.max_attempts!r}, "
             f"visibility_timeout_s={self.visibility_timeout_s!r}, "
             f"backoff_base_s={self.backoff_base_s!r}, expires_in_s={self.expires_in_s!r}, "
-            f"unique_for_s={self.unique_for_s!r})"
+            f"unique_for_s={self.unique_for_s!r}, keep_completed_s={self.keep_completed_s!r})"
         )
 
 
@@ -397,6 +419,7 @@ def enqueue_specs(
             backoff_base_s=opts.backoff_base_s,
             expires_in_s=opts.expires_in_s,
             headers=checked_headers,
+            keep_completed_s=opts.keep_completed_s,
         )
         for payload in payloads
     ]
@@ -439,6 +462,7 @@ def _unique_specs(
             unique_key=key,
             unique_for_s=None if key is None else window,
             concurrency_key=group,
+            keep_completed_s=opts.keep_completed_s,
         )
         for payload, key, group in zip(payloads, keys, groups, strict=True)
     ]

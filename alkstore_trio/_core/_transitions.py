@@ -25,6 +25,11 @@ MAX_ATTEMPTS_EXCEEDED: Final = "max attempts exceeded"
 FAILED: Final = "failed"
 #: ``last_error`` of a row dead-lettered by the expiry sweep (Q9).
 EXPIRED: Final = "expired"
+#: Q19.3: the most kept rows one purge step deletes (PostgreSQL: one statement, about
+#: 70-90 ms); a sweep repeats the step while a batch comes back full, for at most
+#: PURGE_BUDGET_S seconds per queue and call (the next sweep goes on).
+PURGE_BATCH: Final = 5000
+PURGE_BUDGET_S: Final = 1.0
 #: Largest backoff delay, in seconds (Q5).
 BACKOFF_CAP_S: Final = 3600
 _BACKOFF_MAX_EXPONENT: Final = 30
@@ -82,6 +87,7 @@ def enqueued_job(spec: EnqueueSpec, job_id: int, now: datetime) -> Job:
         headers=spec.headers,
         unique_key=spec.unique_key,
         concurrency_key=spec.concurrency_key,
+        keep_completed_s=spec.keep_completed_s,
     )
 
 
@@ -252,3 +258,23 @@ def is_purgeable(job: Job, now: datetime, retention_s: float | None) -> bool:
     """Q9: a dead row whose retention ran out (``None`` keeps it forever): the sweep's
     side of :func:`is_dead_older_than`."""
     return retention_s is not None and is_dead_older_than(job, now, retention_s)
+
+
+def completed(job: Job, now: datetime, result: bytes | None) -> Job:
+    """Q19.2: a kept job after its ack, as history keeps it: every field as the claim
+    left it (claim fields included, as for dead rows), ``completed_at = now`` and the
+    handler's ``result`` (Q19.1)."""
+    return replace(job, state="completed", completed_at=now, result=result)
+
+
+def purge_at(job: Job) -> datetime:
+    """Q19.3: when a kept row may be purged: after ``completed_at + keep_completed_s``."""
+    assert job.completed_at is not None
+    assert job.keep_completed_s is not None
+    return job.completed_at + timedelta(seconds=job.keep_completed_s)
+
+
+def is_completed_purgeable(job: Job, now: datetime) -> bool:
+    """Q19.3: a kept row whose time ran out (``completed_at + keep_completed_s < now``,
+    strictly, as Q9's retention)."""
+    return job.state == "completed" and purge_at(job) < now

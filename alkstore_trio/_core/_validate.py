@@ -28,6 +28,8 @@ JOB_ID_MAX: Final = 2**63 - 1
 DURATION_MAX_S: Final = 100 * 365 * 24 * 3600.0
 #: Default largest payload, in bytes (1 MiB).
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+#: Q19.1: the default largest result, in bytes (``open_store(max_result_bytes=...)``).
+DEFAULT_MAX_RESULT_BYTES: Final = 1024 * 1024
 #: Largest worker id and largest error text, in characters.
 WORKER_ID_MAX_CHARS: Final = 200
 ERROR_MAX_CHARS: Final = 65536
@@ -216,6 +218,30 @@ def check_payload(value: object, max_bytes: int) -> bytes:
             f"got {len(payload)} bytes"
         )
     return payload
+
+
+def result_bytes(value: object, max_bytes: int) -> bytes | None:
+    """Q19.1: a result as stored: ``None``, or bytes from bytes, bytearray or memoryview
+    at most ``max_bytes`` long. Raises ``InvalidArgument`` naming the type or the size
+    (never the value): the worker retries a job whose handler returned such a value,
+    with the message as its ``last_error``."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        result = value
+    elif isinstance(value, bytearray | memoryview):
+        try:
+            result = bytes(value)
+        except ValueError:  # a released memoryview
+            raise InvalidArgument("result is a released memoryview; return live bytes") from None
+    else:
+        raise InvalidArgument(
+            f"result must be bytes, bytearray, memoryview or None (encode it yourself, "
+            f"e.g. json.dumps(obj).encode()); got a {type(value).__name__}"
+        )
+    if len(result) > max_bytes:
+        raise InvalidArgument(f"result of {len(result)} bytes exceeds max_result_bytes={max_bytes}")
+    return result
 
 
 def check_payload_list(values: object) -> list[object]:

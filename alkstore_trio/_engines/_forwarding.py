@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
-    from ._protocol import Claim, Engine, EngineTransaction, FailItem, RetryItem
+    from ._protocol import Claim, Completion, Engine, EngineTransaction, FailItem, RetryItem
     from ._wake import WakeListener
 
 
@@ -90,6 +90,14 @@ class ForwardingEngine:
         self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
     ) -> tuple[list[int], list[Job]]:
         return await self.inner.ack_and_claim(queue, claims, worker_id, n)
+
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        return await self.inner.complete(queue, items)
+
+    async def complete_and_claim(
+        self, queue: str, items: Sequence[Completion], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        return await self.inner.complete_and_claim(queue, items, worker_id, n)
 
     async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
         return await self.inner.retry(queue, items)

@@ -52,6 +52,15 @@ class Claim(NamedTuple):
     token: int
 
 
+class Completion(NamedTuple):
+    """One claim to ack with its result (Q19.1): stored with the ack when the job is kept
+    (its stamp ``keep_completed_s`` is not ``None``), else discarded."""
+
+    job_id: int
+    token: int
+    result: bytes | None
+
+
 class RetryItem(NamedTuple):
     """One claim to retry (Q4, Q13): back to pending after ``delay_s`` seconds, or dead
     with ``error`` when the claim was the job's last allowed attempt (then ``delay_s`` is
@@ -116,7 +125,22 @@ class WorkPath(Protocol):
         ...
 
     async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
-        """Q4/Q13: delete each distinct valid claim's row; the ids deleted."""
+        """Q4/Q13: finish each distinct valid claim: its row is deleted, or (Q19.2) moved
+        to history as ``completed`` when its stamp ``keep_completed_s`` is not ``None``;
+        the ids finished."""
+        ...
+
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        """Q19.1/Q19.2: :meth:`ack` with a result per claim (distinct claims), stored on
+        the kept rows in the same atomic step; an unkept row's result is discarded. The
+        ids finished."""
+        ...
+
+    async def complete_and_claim(
+        self, queue: str, items: Sequence[Completion], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        """Q19.1 (D21): :meth:`complete`, then :meth:`claim` (``n >= 1``), atomically, as
+        :meth:`ack_and_claim` does for :meth:`ack`."""
         ...
 
     async def ack_and_claim(
@@ -144,8 +168,9 @@ class WorkPath(Protocol):
         ...
 
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
-        """Q6: delete each of these distinct ids that is processing within its deadline
-        in this queue, whoever holds it (no token check); how many."""
+        """Q6: finish each of these distinct ids that is processing within its deadline
+        in this queue, whoever holds it (no token check), as :meth:`ack` does (a kept
+        row moves to history, Q19.2); how many."""
         ...
 
     # Q16 / R11 (due times): how a worker learns when its queue's next delayed job is due.
@@ -174,14 +199,15 @@ class OperatorPath(Protocol):
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
         """Q8 (a queue's row) and D26 (``queue=None``: the row of any queue): the row with
-        this id, live or dead."""
+        this id, live, dead or (Q19.2) completed, with its result."""
         ...
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None
     ) -> list[Job]:
-        """D26: up to ``limit`` (>= 1) rows of this queue in this state, by id
-        ascending, with ids above ``after_id`` (all for ``None``)."""
+        """D26: up to ``limit`` (>= 1) rows of this queue in this state (Q19.2:
+        ``"completed"`` lists the kept rows), by id ascending, with ids above
+        ``after_id`` (all for ``None``)."""
         ...
 
     async def stats(self, queue: str | None) -> StoreStats:
@@ -209,7 +235,8 @@ class OperatorPath(Protocol):
         ...
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
-        """Q9, atomically."""
+        """Q9, atomically; then Q19.3: purge the kept rows past ``completed_at +
+        keep_completed_s`` in batches (not atomically as a whole)."""
         ...
 
     # Q16: rescheduling a pending job.

@@ -192,15 +192,16 @@ async def serve_sweeps(
                     error=describe(exc),
                 )
             else:
-                if result.expired or result.purged:
+                if result.expired or result.purged or result.purged_completed:
                     reporter.log(
                         logging.INFO,
                         "sweep",
                         None,
-                        "swept queue %r: %d expired, %d purged",
+                        "swept queue %r: %d expired, %d purged, %d completed purged",
                         queue.name,
                         result.expired,
                         result.purged,
+                        result.purged_completed,
                         queue=queue.name,
                     )
         await trio.sleep(interval_s)

@@ -76,7 +76,9 @@ class AsyncioCancelled(AlkstoreError):
     """
 
 
-def asyncio_handler(fn: Callable[P, Awaitable[object]]) -> Callable[P, Coroutine[Any, Any, None]]:
+def asyncio_handler(
+    fn: Callable[P, Awaitable[object]],
+) -> Callable[P, Coroutine[Any, Any, Any]]:
     """Mark a handler written for asyncio: the worker runs it as an asyncio task inside
     a trio-asyncio loop, with the same rules as any handler.
 
@@ -129,12 +131,12 @@ def asyncio_handler(fn: Callable[P, Awaitable[object]]) -> Callable[P, Coroutine
     trio_asyncio = import_trio_asyncio()
 
     @functools.wraps(fn)
-    async def run_on_asyncio(*args: P.args, **kwargs: P.kwargs) -> None:
+    async def run_on_asyncio(*args: P.args, **kwargs: P.kwargs) -> Any:
+        # Q19.1: the handler's return value (its result) is passed through.
         if trio_asyncio.current_loop.get() is not None:
-            await _run(trio_asyncio, fn, args, kwargs)
-            return
+            return await _run(trio_asyncio, fn, args, kwargs)
         async with trio_asyncio.open_loop():
-            await _run(trio_asyncio, fn, args, kwargs)
+            return await _run(trio_asyncio, fn, args, kwargs)
 
     setattr(run_on_asyncio, _MARK, True)
     return run_on_asyncio
@@ -142,12 +144,13 @@ def asyncio_handler(fn: Callable[P, Awaitable[object]]) -> Callable[P, Coroutine
 
 async def _run(
     trio_asyncio: Any, fn: Callable[..., Awaitable[object]], args: Any, kwargs: Any
-) -> None:
-    """Run ``fn(*args, **kwargs)`` as an asyncio task and wait for it from trio."""
+) -> object:
+    """Run ``fn(*args, **kwargs)`` as an asyncio task and wait for it from trio; what it
+    returned."""
     import asyncio
 
     try:
-        await trio_asyncio.aio_as_trio(fn)(*args, **kwargs)
+        return await trio_asyncio.aio_as_trio(fn)(*args, **kwargs)
     except asyncio.CancelledError as exc:
         # trio-asyncio raises trio.Cancelled when *we* cancelled the task: this one is
         # the handler's own doing.

@@ -79,11 +79,14 @@ class Outcome(NamedTuple):
     """What is to be done with a claim's job: ``kind`` is ``"ack"``, ``"retry"``,
     ``"fail"`` or ``"release"``: given back because the worker stopped (Q19.8's release:
     the attempt is returned) or the lease was uncertain (a retry with delay 0: a handler
-    that used a whole lease spends its attempt)."""
+    that used a whole lease spends its attempt). An ack carries the handler's ``result``
+    (Q19.1) for a kept job (``None`` for none, and always for an unkept job: the job
+    actor discarded it)."""
 
     kind: str
     error: str | None = None
     delay_s: float | None = None
+    result: bytes | None = None
 
 
 def statement_kind(outcome: Outcome) -> str:

@@ -359,12 +359,22 @@ class Dispatcher:
         be free), claim its fair share in the same statement (``ack_handles_and_claim``,
         D21: one round trip per cycle when draining) and start their job actors."""
         handles = [claim.handle for claim in group]
+        # Q19.1: the results of kept jobs go with the ack (None: no result in the group).
+        given = [_outcome(claim).result for claim in group]
+        results_of = given if any(result is not None for result in given) else None
         n = self._book.fused_claim_size(queue.name, len(group))
         if n == 0:
-            return await queue.ack_handles(handles)
+            if results_of is None:
+                return await queue.ack_handles(handles)
+            return await queue.ack_handles(handles, results_of)
         sent_at = trio.current_time()
         try:
-            results, claimed = await queue.ack_handles_and_claim(handles, self._worker_id, n)
+            if results_of is None:
+                results, claimed = await queue.ack_handles_and_claim(handles, self._worker_id, n)
+            else:
+                results, claimed = await queue.ack_handles_and_claim(
+                    handles, self._worker_id, n, results_of
+                )
         except EngineError:
             # R8: try the claim again on the next wake or tick, like a failed claim.
             self._book.claim_failed(queue.name)

@@ -49,7 +49,8 @@ class WorkerStatistics:
         lease_lost: Claims found lost (a refused heartbeat, ack, retry or fail): the
             handler was cancelled or its outcome discarded.
         in_flight: Claims held now (handler running, or its outcome not yet applied).
-        handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``.
+        handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``,
+            or returned something other than bytes or ``None`` (Q19.1).
         timed_out: Handlers cancelled by ``job_timeout_s``.
         engine_errors: Store operations that failed with ``EngineError`` (retried later).
         events_dropped: Events not delivered to a full :meth:`Worker.events` stream.
@@ -59,6 +60,8 @@ class WorkerStatistics:
         claim_to_start_mean_s: Its mean over ``started`` (0 when none).
         run_time_total_s: Seconds handlers ran, summed over ``finished``.
         run_time_mean_s: Its mean over ``finished`` (0 when none).
+        results_discarded: Q19.1: results returned by handlers of jobs that are not kept
+            (``keep_completed_s=None``), so discarded with the ack.
     """
 
     worker_id: str
@@ -79,6 +82,7 @@ class WorkerStatistics:
     claim_to_start_mean_s: float
     run_time_total_s: float
     run_time_mean_s: float
+    results_discarded: int = 0
 
 
 def statistics_of(
@@ -114,6 +118,7 @@ def statistics_of(
         claim_to_start_mean_s=claim_to_start_total_s / c["started"] if c["started"] else 0.0,
         run_time_total_s=run_time_total_s,
         run_time_mean_s=run_time_total_s / c["finished"] if c["finished"] else 0.0,
+        results_discarded=c["results_discarded"],
     )
 
 
@@ -127,6 +132,7 @@ EVENT_KINDS: Final = frozenset(
         "finish",  # its handler returned, raised or was cancelled
         "timeout",  # its handler ran past job_timeout_s (a retry follows)
         "handler_error",  # its handler raised an exception (a retry follows)
+        "result_discarded",  # Q19.1: its result was discarded (the job is not kept)
         "ack",  # acked
         "retry",  # given back to run again (error, delay_s)
         "release",  # given back because the worker stopped

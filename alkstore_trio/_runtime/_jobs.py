@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
+from .._core import _validate as v
+from .._core._validate import DEFAULT_MAX_RESULT_BYTES
+from .._errors import InvalidArgument
 from ._actors import Finished, HeartbeatRequest
 from ._book import ACK, ClaimState, Outcome
 from ._events import describe, error_text
@@ -34,6 +37,7 @@ from ._outcomes import Fail, Retry
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .._core import Job
     from ._actors import Message
     from ._book import Claim, ClaimBook
     from ._events import Reporter
@@ -53,8 +57,13 @@ class JobActors:
         reporter: Reporter,
         job_timeout_s: float | None,
         queue_timeouts: Mapping[str, float | None] | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.book = book
+        #: Q19.1: the store's largest result, and the queues whose discarded result
+        #: was logged (once per worker and queue).
+        self.max_result_bytes = max_result_bytes
+        self.discard_logged: set[str] = set()
         self.reporter = reporter
         self.job_timeout_s = job_timeout_s
         #: R13: per-queue overrides, each with the parameter its timeout error names
@@ -65,7 +74,7 @@ class JobActors:
         }
         self.inbox: trio.MemorySendChannel[Message] | None = None
         self.counts: dict[str, int] = dict.fromkeys(
-            ("handler_errors", "timed_out", "started", "finished"), 0
+            ("handler_errors", "timed_out", "started", "finished", "results_discarded"), 0
         )
         self.claim_to_start_total_s = 0.0
         self.run_time_total_s = 0.0
@@ -163,16 +172,15 @@ class JobActors:
             timeout_s, param = self.queue_timeouts.get(claim.queue, (timeout_s, param))
         try:
             if timeout_s is None:
-                await handler(job)
-                return ACK
+                return self._acked(job, await handler(job))
             with trio.move_on_after(timeout_s) as timeout:
-                await handler(job)
+                value = await handler(job)
             if timeout.cancelled_caught:
                 self.counts["timed_out"] += 1
                 error = f"job timed out after {timeout_s:g}s ({param})"
                 self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return Outcome("retry", error)
-            return ACK
+            return self._acked(job, value)
         except Retry as retry:
             return Outcome("retry", error_text(retry.error), retry.delay_s)
         except Fail as fail:
@@ -200,6 +208,39 @@ class JobActors:
                 self.reporter.log(
                     logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time
                 )
+
+    def _acked(self, job: Job, value: object) -> Outcome:
+        """Q19.1 (R16): the outcome of a handler that returned ``value``: an ack with its
+        result (``None``: none). A value that is not bytes-like or ``None``, or larger
+        than the store's ``max_result_bytes``, retries the job with an error saying so
+        (never truncated, never ignored). A result of a job that is not kept is
+        discarded: counted, and logged once per worker and queue."""
+        if value is None:
+            return ACK
+        try:
+            result = v.result_bytes(value, self.max_result_bytes)
+        except InvalidArgument as exc:
+            self.counts["handler_errors"] += 1
+            error = (
+                str(exc)
+                if isinstance(value, bytes | bytearray | memoryview)
+                else f"handler returned a {type(value).__name__}; return bytes or None"
+            )
+            self.reporter.log(logging.WARNING, "handler_error", job, "%s", error, error=error)
+            return Outcome("retry", error)
+        if job.keep_completed_s is not None:
+            return Outcome("ack", result=result)
+        self.counts["results_discarded"] += 1
+        if job.queue not in self.discard_logged:
+            self.discard_logged.add(job.queue)
+            self.reporter.log(
+                logging.WARNING,
+                "result_discarded",
+                job,
+                "the handler's result was discarded: the queue's jobs are not kept "
+                "(QueueOpts(keep_completed_s=None)); set keep_completed_s to keep results",
+            )
+        return ACK
 
     async def run_heartbeat(self, claim: Claim) -> None:
         """R6: started by the dispatcher once the handler has run for one

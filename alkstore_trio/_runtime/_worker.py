@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     from ._supervisor import Supervisor
 
 #: A job handler: ``async def handler(job: Job) -> None``.
-Handler: TypeAlias = "Callable[[Job], Awaitable[None]]"
+Handler: TypeAlias = "Callable[[Job], Awaitable[bytes | bytearray | memoryview | None]]"
 
 logger = logging.getLogger("alkstore_trio.worker")
 
@@ -224,7 +224,9 @@ class Worker:
         self._finished = False
         self._inbox: trio.MemorySendChannel[Message] | None = None
         self._counts: dict[str, int] = {"engine_errors": 0}
-        self._actors = JobActors(self._book, self._reporter, job_timeout_s, timeouts)
+        self._actors = JobActors(
+            self._book, self._reporter, job_timeout_s, timeouts, store.max_result_bytes
+        )
         self._dispatcher = Dispatcher(
             self._book,
             self._queue_by_name,

@@ -10,6 +10,7 @@ from .._core import Job, backoff_delay_s
 from .._core import _validate as v
 from .._engines._protocol import Claim, FailItem, RetryItem
 from .._errors import EngineError, HandleConsumed, InvalidArgument
+from ._results import ack_items
 
 if TYPE_CHECKING:
     import random
@@ -141,15 +142,28 @@ class JobHandle:
         claims = [self._claim]
         return bool(await self._queue._engine.heartbeat(self._job.queue, claims, extend))
 
-    async def ack(self) -> bool:
-        """Finish the job: delete its row. One-shot.
+    async def ack(self, result: bytes | bytearray | memoryview | None = None) -> bool:
+        """Finish the job: delete its row, or (Q19.2) keep it as ``"completed"`` when its
+        stamp ``keep_completed_s`` keeps it. One-shot.
+
+        Args:
+            result: Q19.1: the job's result, stored with a kept job in the same atomic
+                step (``Job.result``); discarded when the job is not kept.
 
         Returns:
-            ``True`` if deleted; ``False`` if the claim was no longer valid.
+            ``True`` if finished; ``False`` if the claim was no longer valid.
+
+        Raises:
+            InvalidArgument: ``result`` is not bytes-like or ``None``, or is larger than
+                the store's ``max_result_bytes`` (nothing was done).
         """
         self._check_usable()
-        claims = [self._claim]
-        return bool(await _consume_all([self], self._queue._engine.ack(self._job.queue, claims)))
+        checked = v.result_bytes(result, self._queue._store.max_result_bytes)
+        claims, items = ack_items([self], [checked])
+        engine = self._queue._engine
+        queue = self._job.queue
+        done = engine.ack(queue, claims) if items is None else engine.complete(queue, items)
+        return bool(await _consume_all([self], done))
 
     async def retry(self, error: str | None = None, delay_s: float | None = None) -> bool:
         """Give the job back to run again later, or dead-letter it at its budget. One-shot.

@@ -14,6 +14,7 @@ from .._core._reschedule import check_reschedule
 from .._engines._protocol import FailItem
 from .._errors import InvalidArgument
 from ._handle import JobHandle, _consume_all, checked_items, naming_item, retry_item
+from ._results import ack_items, checked_results
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 #: The most rows one :meth:`Queue.list_jobs` call returns (D26): payloads come along.
 LIST_LIMIT_MAX = 1000
-_STATES: tuple[JobState, ...] = ("pending", "processing", "dead")
+_STATES: tuple[JobState, ...] = ("pending", "processing", "dead", "completed")
 
 
 @final
@@ -211,20 +212,28 @@ class Queue:
             return 0
         return await self._engine.ack_batch(self._name, checked)
 
-    async def ack_handles(self, handles: Iterable[JobHandle]) -> list[bool]:
+    async def ack_handles(
+        self, handles: Iterable[JobHandle], results: Iterable[object] | None = None
+    ) -> list[bool]:
         """Ack many claimed jobs of this queue with one statement (Q13; see D18).
 
-        Each job is deleted only if its handle's claim is still valid (Q4's predicate,
-        claim token included), so a stale claim is refused per job, exactly as
-        :meth:`JobHandle.ack` would refuse it. Afterwards every handle is consumed.
+        Each job is finished (deleted, or kept: Q19.2) only if its handle's claim is still
+        valid (Q4's predicate, claim token included), so a stale claim is refused per
+        job, exactly as :meth:`JobHandle.ack` would refuse it. Afterwards every handle
+        is consumed.
+
+        Args:
+            handles: Distinct unconsumed handles of jobs of this queue.
+            results: Q19.1: one result per handle (bytes-like or ``None``), stored with
+                the kept jobs; ``None`` for no results.
 
         Returns:
-            One bool per handle, in order: ``True`` if its job was deleted, ``False`` if
+            One bool per handle, in order: ``True`` if its job was finished, ``False`` if
             its claim was no longer valid (the row is left untouched).
 
         Raises:
-            InvalidArgument: an item is not a job handle of this store and queue, or a job
-                appears twice.
+            InvalidArgument: an item is not a job handle of this store and queue, a job
+                appears twice, or ``results`` is not one valid result per handle.
             HandleConsumed: a handle was already used for ack, retry or fail (nothing was
                 done).
             StoreClosed: the store is closed.
@@ -232,15 +241,25 @@ class Queue:
         checked = self._checked_handles(handles)
         for handle in checked:
             handle._check_usable()
+        given = checked_results(results, len(checked), self._store.max_result_bytes)
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
-        claims = [handle._claim for handle in checked]
-        deleted = set(await _consume_all(checked, self._engine.ack(self._name, claims)))
+        claims, items = ack_items(checked, given)
+        done = (
+            self._engine.ack(self._name, claims)
+            if items is None
+            else self._engine.complete(self._name, items)
+        )
+        deleted = set(await _consume_all(checked, done))
         return [handle.id in deleted for handle in checked]
 
     async def ack_handles_and_claim(
-        self, handles: Iterable[JobHandle], worker_id: str, n: int
+        self,
+        handles: Iterable[JobHandle],
+        worker_id: str,
+        n: int,
+        results: Iterable[object] | None = None,
     ) -> tuple[list[bool], list[JobHandle]]:
         """Ack many claimed jobs of this queue, then claim up to ``n`` more, in one atomic
         step (Q13; see D21): on PostgreSQL one statement, so a worker's finished jobs and
@@ -257,6 +276,7 @@ class Queue:
             worker_id: Who claims (stored as ``claimed_by``); a non-empty str.
             n: How many to claim at most; ``n <= 0`` claims nothing (no pre-claim sweep
                 either): then this is an ``ack_handles``.
+            results: Q19.1: one result per handle, as for :meth:`ack_handles`.
 
         Returns:
             One bool per handle, in order (``True`` if its job was deleted), and the
@@ -274,21 +294,23 @@ class Queue:
             handle._check_usable()
         checked_worker = v.check_worker_id(worker_id)
         count = v.check_batch_size(n)
-        claims = [handle._claim for handle in checked]
+        given = checked_results(results, len(checked), self._store.max_result_bytes)
         if count <= 0:
             if not checked:
                 await trio.lowlevel.checkpoint()
                 return [], []
-            deleted = await _consume_all(checked, self._engine.ack(self._name, claims))
-            jobs: list[Job] = []
-        elif not checked:
+            return await self.ack_handles(checked, given), []
+        if not checked:
             jobs = await self._engine.claim(self._name, checked_worker, count)
-            deleted = []
+            deleted: list[int] = []
         else:
-            deleted, jobs = await _consume_all(
-                checked,
-                self._engine.ack_and_claim(self._name, claims, checked_worker, count),
+            claims, items = ack_items(checked, given)
+            fused = (
+                self._engine.ack_and_claim(self._name, claims, checked_worker, count)
+                if items is None
+                else self._engine.complete_and_claim(self._name, items, checked_worker, count)
             )
+            deleted, jobs = await _consume_all(checked, fused)
         acked = set(deleted)
         return [handle.id in acked for handle in checked], [JobHandle(self, job) for job in jobs]
 
@@ -651,7 +673,7 @@ class Queue:
         you walk, so a listing is a series of snapshots, not one.
 
         Args:
-            state: ``"pending"``, ``"processing"`` or ``"dead"``.
+            state: ``"pending"``, ``"processing"``, ``"dead"`` or (Q19.2) ``"completed"``.
             limit: The most jobs to return, 1 to 1000 (payloads come along).
             after_id: Only jobs with a larger id; ``None`` starts at the first.
 
@@ -666,7 +688,7 @@ class Queue:
         if not isinstance(state, str) or state not in _STATES:
             shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
             raise InvalidArgument(
-                f"state must be one of 'pending', 'processing' or 'dead'; got {shown}"
+                f"state must be one of 'pending', 'processing', 'dead' or 'completed'; got {shown}"
             )
         checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
         checked_after = (

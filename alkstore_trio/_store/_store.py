@@ -40,15 +40,29 @@ class Store:
     :class:`StoreClosed`.
     """
 
-    def __init__(self, engine: Engine, *, rng: random.Random, max_payload_bytes: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        rng: random.Random,
+        max_payload_bytes: int,
+        max_result_bytes: int = v.DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
         self._engine = engine
         self._rng = rng
         self._max_payload_bytes = max_payload_bytes
+        self._max_result_bytes = max_result_bytes
         self._closed = False
 
     def __repr__(self) -> str:
         # The engine and where, never a DSN (it may hold a password).
         return f"<Store {self._engine!r}{' closed' if self._closed else ''}>"
+
+    @property
+    def max_result_bytes(self) -> int:
+        """Q19.1: the largest result an ack accepts, in bytes (``open_store``'s
+        ``max_result_bytes``)."""
+        return self._max_result_bytes
 
     @property
     def closed(self) -> bool:

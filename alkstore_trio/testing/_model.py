@@ -36,12 +36,13 @@ from .._core import (
     JobState,
     QueueLimits,
     QueueOpts,
-    QueueStats,
     StoreStats,
     SweepResult,
 )
 from ._model_backoff import _after, _Stamps, model_backoff_delay_s
+from ._model_history import ModelHistory  # Q19.1-Q19.3
 from ._model_limits import ModelLimits  # Q18.7-Q18.11
+from ._model_stats import queue_stats, reclaimable  # D22
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
 
@@ -81,6 +82,8 @@ class ReferenceModel:
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = random.Random(0) if rng is None else rng
         self._rows: dict[int, Job] = {}
+        #: Q19.2: the kept rows of acked jobs.
+        self.kept = ModelHistory()
         self._stamps: dict[int, _Stamps] = {}
         self._next_id = 1
         #: Q19.8: the model's own tokens, and each claim's post-claim attempts (the draw).
@@ -99,8 +102,8 @@ class ReferenceModel:
     # -- reading -----------------------------------------------------------------------
 
     def get_job(self, queue: str, job_id: int) -> Job | None:
-        """Q8: this queue's row with this id, live or dead; ``None`` otherwise."""
-        job = self._rows.get(job_id)
+        """Q8: this queue's row with this id, live, dead or kept; ``None`` otherwise."""
+        job = self.find_job(job_id)
         if job is None or job.queue != queue:
             return None
         return job
@@ -110,14 +113,16 @@ class ReferenceModel:
         return [self._rows[job_id] for job_id in sorted(self._rows)]
 
     def find_job(self, job_id: int) -> Job | None:
-        """D26: the row with this id, live or dead, of any queue."""
-        return self._rows.get(job_id)
+        """D26: the row with this id, live, dead or kept (Q19.2), of any queue."""
+        return self._rows.get(job_id) or self.kept.rows.get(job_id)
 
     def list_jobs(
         self, queue: str, state: JobState, *, limit: int = 100, after_id: int | None = None
     ) -> list[Job]:
         """D26: this queue's rows in ``state`` with ids above ``after_id``, by id, the
         first ``limit``."""
+        if state == "completed":
+            return self.kept.listed(queue, after_id)[:limit]
         rows = [
             job
             for job in self.jobs()
@@ -134,33 +139,17 @@ class ReferenceModel:
             names |= self.limits.limited_queues()
         else:
             names = {queue}
-        entries = []
-        for name in sorted(names):
-            rows = [job for job in self.jobs() if job.queue == name]
-            finished = self._finished.get(name, Counter())
-            ready = [job for job in rows if job.state == "pending" and job.run_at <= now]
-            limits, throttled = self.limits.stats(name)
-            entries.append(
-                QueueStats(
-                    queue=name,
-                    pending_ready=len(ready),
-                    pending_delayed=sum(
-                        1 for job in rows if job.state == "pending" and job.run_at > now
-                    ),
-                    processing=sum(1 for job in rows if job.state == "processing"),
-                    reclaimable=sum(1 for job in rows if self._reclaimable(job, now)),
-                    dead=sum(1 for job in rows if job.state == "dead"),
-                    oldest_ready_age_s=(
-                        (now - min(job.run_at for job in ready)).total_seconds() if ready else None
-                    ),
-                    acked_total=finished["acked"],
-                    dead_lettered_total=finished["dead_lettered"],
-                    cancelled_total=finished["cancelled"],
-                    paused=name in self._paused,
-                    limits=limits,
-                    throttled=throttled,
-                )
+        entries = [
+            queue_stats(
+                name,
+                [job for job in self.jobs() if job.queue == name],
+                self._finished.get(name, Counter()),
+                paused=name in self._paused,
+                limits=self.limits.stats(name),
+                now=now,
             )
+            for name in sorted(names)
+        ]
         return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
 
     def issued_ids(self) -> list[int]:
@@ -298,7 +287,7 @@ class ReferenceModel:
             return []
         # 1. Pre-claim sweep: lapsed claims with no attempts left go to dead.
         for job in self._live(queue):
-            if self._reclaimable(job, now) and job.attempts >= job.max_attempts:
+            if reclaimable(job, now) and job.attempts >= job.max_attempts:
                 self._kill(job, _MAX_ATTEMPTS_EXCEEDED, now)
         if queue in self._paused:
             return []  # Q18: a paused queue hands nothing out (the sweep ran).
@@ -308,7 +297,7 @@ class ReferenceModel:
             if self._expired(job, now):
                 continue
             ready = job.state == "pending" and job.run_at <= now
-            reclaim = self._reclaimable(job, now) and job.attempts < job.max_attempts
+            reclaim = reclaimable(job, now) and job.attempts < job.max_attempts
             if ready or reclaim:
                 candidates.append(job)
         candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
@@ -389,20 +378,36 @@ class ReferenceModel:
         self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend))
         return True
 
-    def ack(self, queue: str, job_id: int, token: int, *, now: datetime) -> bool:
-        """Q4 ack: delete the validly claimed row."""
-        if self._valid(queue, job_id, token, now) is None:
+    def ack(
+        self, queue: str, job_id: int, token: int, *, now: datetime, result: bytes | None = None
+    ) -> bool:
+        """Q4 ack: delete the validly claimed row; Q19.2: keep it (with its result) when
+        its stamp says so."""
+        job = self._valid(queue, job_id, token, now)
+        if job is None:
             return False
         del self._rows[job_id]
+        self.kept.finish(job, result, now)
         self._count(queue, "acked")
         return True
 
     def ack_claims(
-        self, queue: str, claims: Iterable[tuple[int, int]], *, now: datetime
+        self,
+        queue: str,
+        claims: Iterable[tuple[int, int]],
+        *,
+        now: datetime,
+        results: Sequence[bytes | None] | None = None,
     ) -> list[int]:
         """Q13 (D18): ack each (job id, claim token) in turn, as :meth:`ack` would, all at
-        one ``now``; returns the ids deleted."""
-        return [job_id for job_id, token in claims if self.ack(queue, job_id, token, now=now)]
+        one ``now``, with its result (Q19.1); returns the ids finished."""
+        pairs = list(claims)
+        given = [None] * len(pairs) if results is None else results
+        return [
+            job_id
+            for (job_id, token), result in zip(pairs, given, strict=True)
+            if self.ack(queue, job_id, token, now=now, result=result)
+        ]
 
     def ack_claims_and_claim(
         self,
@@ -412,11 +417,12 @@ class ReferenceModel:
         n: int,
         *,
         now: datetime,
+        results: Sequence[bytes | None] | None = None,
         tokens: Mapping[int, int] | None = None,
     ) -> tuple[list[int], list[Job]]:
         """Q13 (D21): :meth:`ack_claims`, then :meth:`claim`, both at one ``now``; returns
-        the ids deleted and the claimed snapshots (none when ``n <= 0``)."""
-        acked = self.ack_claims(queue, claims, now=now)
+        the ids finished and the claimed snapshots (none when ``n <= 0``)."""
+        acked = self.ack_claims(queue, claims, now=now, results=results)
         return acked, self.claim(queue, worker_id, n, now=now, tokens=tokens)
 
     def heartbeat_claims(
@@ -549,6 +555,7 @@ class ReferenceModel:
                 and now <= job.claim_expires_at
             ):
                 del self._rows[job_id]
+                self.kept.finish(job, None, now)
                 self._count(queue, "acked")
                 count += 1
         return count
@@ -583,7 +590,7 @@ class ReferenceModel:
                 ):
                     del self._rows[job.id]
                     purged += 1
-        return SweepResult(expired, purged)
+        return SweepResult(expired, purged, self.kept.purge(queue, now))
 
     # -- D24, D25: the operator's redrive and purge -------------------------------------
 
@@ -755,6 +762,7 @@ class ReferenceModel:
             headers=Headers(headers or {}),
             unique_key=unique_key,
             concurrency_key=concurrency_key,
+            keep_completed_s=opts.keep_completed_s,
         )
 
     def _live(self, queue: str) -> list[Job]:
@@ -763,14 +771,6 @@ class ReferenceModel:
     @staticmethod
     def _expired(job: Job, now: datetime) -> bool:
         return job.expires_at is not None and now > job.expires_at
-
-    @staticmethod
-    def _reclaimable(job: Job, now: datetime) -> bool:
-        return (
-            job.state == "processing"
-            and job.claim_expires_at is not None
-            and now > job.claim_expires_at
-        )
 
     def _valid(self, queue: str, job_id: int, token: int, now: datetime) -> Job | None:
         """The validity predicate V, or ``None`` when it does not hold."""

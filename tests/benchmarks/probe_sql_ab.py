@@ -159,6 +159,7 @@ class Side:
             "visibility_timeout_s": 3600.0,
             "backoff_base_s": 5.0,
             "expires_in_s": None,
+            "keep_completed_s": None,  # Q19.2: not kept (the old text ignores it)
             "headers": "{}",
             "channel": self.channel,
             "concurrency_key": None,  # Q18.8 (version 8): none

@@ -220,7 +220,7 @@ def test_enqueue_cancel_and_sweep(cli, on_store, tmp_path):
     assert status == EXIT_FAILED
     assert "there is no live job with this id" in err
     status, out, _ = cli("sweep")
-    assert (status, out) == (EXIT_OK, "queue 'mail': expired 0, purged 0\n")
+    assert (status, out) == (EXIT_OK, "queue 'mail': expired 0, purged 0, completed purged 0\n")
     status, _, err = cli("enqueue", "--queue", "mail", "--payload-json", "{nope")
     assert status == EXIT_USAGE
     assert "is not valid JSON" in err
@@ -337,8 +337,8 @@ def test_issue6_sweep_json(cli, on_store, schema):
     data = json.loads(out)
     assert status == EXIT_OK
     assert sorted(data["queues"], key=lambda q: q["queue"]) == [
-        {"queue": "old", "expired": 0, "purged": 0},
-        {"queue": "s", "expired": 1, "purged": 0},
+        {"queue": "old", "expired": 0, "purged": 0, "purged_completed": 0},
+        {"queue": "s", "expired": 1, "purged": 0, "purged_completed": 0},
     ]
     assert (data["expired"], data["purged"]) == (1, 0)
     status, out, _ = cli("sweep", "--json", "--retention-s", "0")
@@ -346,9 +346,10 @@ def test_issue6_sweep_json(cli, on_store, schema):
     assert (data["expired"], data["purged"]) == (0, 2)  # old's dead job and s's expired one
     status, out, _ = cli("sweep", "--json", "--queue", "quiet")
     assert json.loads(out) == {
-        "queues": [{"queue": "quiet", "expired": 0, "purged": 0}],
+        "queues": [{"queue": "quiet", "expired": 0, "purged": 0, "purged_completed": 0}],
         "expired": 0,
         "purged": 0,
+        "purged_completed": 0,
     }
 
 

@@ -38,7 +38,7 @@ from psycopg import sql as pgsql
 from alkstore_trio._engines._postgres import _reads, _sql
 
 #: The tables no query may scan sequentially.
-BIG_TABLES = frozenset({"jobs", "dead_jobs"})
+BIG_TABLES = frozenset({"jobs", "dead_jobs", "completed_jobs"})
 #: The queue the queries are explained for: the largest one (the worst case for a plan).
 QUEUE = "emails"
 #: Q8: the size above which a read of one job sends the payload apart, in slices.
@@ -82,7 +82,7 @@ SELECT
     CASE WHEN r.state = 'processing' AND r.r3 < 0.2 THEN r.now - r.r3 * interval '1 hour'
          WHEN r.state = 'processing' THEN r.now + r.r3 * interval '5 minutes' END,
     CASE WHEN r.state = 'pending' AND r.r3 >= 0.8 THEN 'connection reset' END,
-    CASE WHEN r.state = 'processing' THEN r.g * 7919 END
+    CASE WHEN r.state = 'processing' THEN r.g::bigint * 7919 END
 FROM (
     SELECT g, random() AS r1, random() AS r3, random() AS r4, random() AS r5,
         CASE WHEN random() < 0.95 THEN 'pending' ELSE 'processing' END AS state,
@@ -114,6 +114,28 @@ FROM (
 ) AS r
 """
 
+# Q19.2: one kept row per completed job: the same queues, acked over the last day, kept
+# for a day (so about half are due for the purge).
+_LOAD_COMPLETED_JOBS = """
+INSERT INTO {schema}.completed_jobs (
+    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, claimed_by, claimed_at, claim_expires_at,
+    claim_token, keep_completed_s, completed_at, purge_at, result
+)
+SELECT
+    %(first_id)s + r.g,
+    (ARRAY['emails', 'emails', 'emails', 'emails', 'reports', 'reports', 'webhooks',
+           'thumbnails', 'billing', 'audit'])[1 + (r.g * 3) %% 10],
+    convert_to('{{"order": ' || r.g || '}}', 'UTF8'),
+    0, 'completed', 1, 3, r.done - interval '1 hour', r.done - interval '2 hours', 300, 5,
+    'worker-' || r.g %% 50, r.done - interval '5 minutes', r.done + interval '5 minutes',
+    r.g, 86400, r.done, r.done + interval '1 day', convert_to('{{"ok": true}}', 'UTF8')
+FROM (
+    SELECT g, statement_timestamp() - random() * interval '2 days' AS done
+    FROM generate_series(1, %(rows)s) AS g
+) AS r
+"""
+
 
 @dataclass(frozen=True)
 class Loaded:
@@ -126,6 +148,7 @@ class Loaded:
     processing_token: int
     dead_id: int
     processing_ids: list[int]
+    completed_id: int = 0  # Q19.2
 
 
 @pytest.fixture(scope="module", params=SIZES)
@@ -143,7 +166,15 @@ def loaded(request: pytest.FixtureRequest, pg_dsn: str) -> Iterator[Loaded]:
                 pgsql.SQL(_LOAD_DEAD_JOBS).format(schema=quoted),
                 {"rows": rows, "first_id": 10 * rows},
             )
-            conn.execute(pgsql.SQL("ANALYZE {}.jobs, {}.dead_jobs").format(quoted, quoted))
+            conn.execute(
+                pgsql.SQL(_LOAD_COMPLETED_JOBS).format(schema=quoted),
+                {"rows": rows, "first_id": 20 * rows},
+            )
+            conn.execute(
+                pgsql.SQL("ANALYZE {}.jobs, {}.dead_jobs, {}.completed_jobs").format(
+                    quoted, quoted, quoted
+                )
+            )
             pick = pgsql.SQL(
                 "SELECT id, claim_token FROM {}.jobs WHERE queue = %s AND state = %s "
                 "ORDER BY id LIMIT 100"
@@ -154,6 +185,10 @@ def loaded(request: pytest.FixtureRequest, pg_dsn: str) -> Iterator[Loaded]:
                 pgsql.SQL("SELECT min(id) FROM {}.dead_jobs WHERE queue = %s").format(quoted),
                 [QUEUE],
             ).fetchone()
+            (completed_id,) = conn.execute(
+                pgsql.SQL("SELECT min(id) FROM {}.completed_jobs WHERE queue = %s").format(quoted),
+                [QUEUE],
+            ).fetchone()
             yield Loaded(
                 schema=schema,
                 rows=rows,
@@ -162,6 +197,7 @@ def loaded(request: pytest.FixtureRequest, pg_dsn: str) -> Iterator[Loaded]:
                 processing_token=processing[0][1],
                 dead_id=dead_id,
                 processing_ids=[row[0] for row in processing],
+                completed_id=completed_id,
             )
         finally:
             conn.execute(pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(quoted))
@@ -184,6 +220,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": 3600.0,
+                    "keep_completed_s": None,
                     "headers": '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-01"}',
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                     "concurrency_keys": None,
@@ -201,6 +238,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": None,
+                    "keep_completed_s": 86400.0,
                     "headers": "{}",
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                     "concurrency_keys": ["tenant-1", None, "tenant-2"],
@@ -220,6 +258,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": None,
+                    "keep_completed_s": 86400.0,
                     "headers": "{}",
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                     "concurrency_key": None,
@@ -237,6 +276,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": None,
+                    "keep_completed_s": 86400.0,
                     "headers": "{}",
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                     "concurrency_key": "tenant-1",
@@ -338,11 +378,45 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         "get_job": [
             ("live", {"id": data.pending_id, "queue": QUEUE, "inline_max": SLICE}),
             ("dead", {"id": data.dead_id, "queue": QUEUE, "inline_max": SLICE}),
+            ("kept", {"id": data.completed_id, "queue": QUEUE, "inline_max": SLICE}),
         ],
         "payload_slice": [  # Q8: a large payload, read apart
             ("live", {"id": data.pending_id, "start": 1, "len": SLICE}),
             ("dead", {"id": data.dead_id, "start": 1 + SLICE, "len": SLICE}),
+            ("kept", {"id": data.completed_id, "start": 1, "len": SLICE}),
         ],
+        # Q19.1: a kept row's large result, read apart.
+        "result_slice": [("kept", {"id": data.completed_id, "start": 1, "len": SLICE})],
+        # Q19.1/Q19.2: the moving acks, with a result per claim.
+        "complete_claims": [
+            (
+                "pairs with results",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "results": [b"ok", None] * (len(data.processing_ids) // 2)
+                    + [b"ok"] * (len(data.processing_ids) % 2),
+                },
+            )
+        ],
+        "complete_claims_and_claim": [
+            (
+                "pairs with results, then a batch",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "results": [b"ok"] * len(data.processing_ids),
+                    "worker_id": "worker-1",
+                    "n": 10,
+                    "token_base": 12345,
+                },
+            )
+        ],
+        "list_completed": [("first page", {"queue": QUEUE, "after_id": 0, "limit": 100})],
+        # Q19.3: one batch of the purge.
+        "purge_completed": [("a batch", {"queue": QUEUE, "batch": 5000})],
         "sweep_expired": [
             ("retention", {"queue": QUEUE, "retention_s": 7 * 86400.0}),
             ("keep-forever", {"queue": QUEUE, "retention_s": None}),
@@ -352,6 +426,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         "find_job": [
             ("live", {"id": data.pending_id, "inline_max": SLICE}),
             ("dead", {"id": data.dead_id, "inline_max": SLICE}),
+            ("kept", {"id": data.completed_id, "inline_max": SLICE}),
         ],
         "list_live": [
             ("pending", {"queue": QUEUE, "state": "pending", "after_id": 0, "limit": 100}),
@@ -493,6 +568,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                     "visibility_timeout_s": 300.0,
                     "backoff_base_s": 5.0,
                     "expires_in_s": None,
+                    "keep_completed_s": 86400.0,
                     "headers": "{}",
                     "channel": _sql.wake_channel(data.schema, QUEUE),
                     "unique_key": "welcome:ada@example.com",
@@ -717,10 +793,12 @@ JOB_QUERIES = {
     "ack_claims_and_claim": 1,
     "claim_limited": 1,  # Q18.7
     "claim_per_key": 1,  # Q18.8
-    "get_job": 2,
-    "find_job": 2,
+    "get_job": 3,
+    "find_job": 3,
     "list_live": 1,
     "list_dead": 1,
+    "complete_claims_and_claim": 1,  # Q19.1
+    "list_completed": 1,  # Q19.2
 }
 #: The Job fields as those statements return them: the columns of ``jobs`` up to
 #: ``last_error``, the headers (NULL when empty), ``died_at``, the unique key (Q15), the
@@ -729,7 +807,7 @@ JOB_COLUMNS = [
     "id", "queue", "payload", "priority", "state", "attempts", "max_attempts", "run_at",
     "enqueued_at", "visibility_timeout_s", "backoff_base_s", "expires_at", "claimed_by",
     "claimed_at", "claim_expires_at", "last_error", "nullif(headers, '{}'::jsonb)", "died_at",
-    "unique_key", "claim_token", "concurrency_key",
+    "unique_key", "claim_token", "concurrency_key", "keep_completed_s",
 ]  # fmt: skip
 
 
@@ -777,17 +855,28 @@ def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_ord
     # _backend._job reads rows by position, and takes a NULL headers column for "no
     # headers" without parsing JSON: each of these statements lists the same columns,
     # in the same order, with the headers as nullif(headers, '{}').
+    # Q8/Q19.2: the reads of one job add completed_at, the result (inline or not), its
+    # size and the payload's size; list_completed adds completed_at and the result.
     want = JOB_COLUMNS
     if name in READS_APART:
-        want = [INLINE_PAYLOAD if c == "payload" else c for c in JOB_COLUMNS] + [PAYLOAD_SIZE]
+        want = [INLINE_PAYLOAD if c == "payload" else c for c in JOB_COLUMNS]
+    width = len(want)
     lists = [
         columns
         for columns in _select_lists(_sql.queries("alkstore")[name])
-        if columns[0].endswith("id") and [_bare(c) for c in columns[-3:]] == want[-3:]
+        if columns[0].endswith("id") and [_bare(c) for c in columns[width - 3 : width]] == want[-3:]
     ]
     assert len(lists) == JOB_QUERIES[name], (name, lists)
     for columns in lists:
-        assert [_bare(c) for c in columns] == want, (name, columns)
+        assert [_bare(c) for c in columns[:width]] == want, (name, columns)
+        tail = columns[width:]
+        if name in READS_APART:
+            assert len(tail) == 4, (name, tail)
+            assert _bare(tail[-1]) == PAYLOAD_SIZE, (name, tail)
+        elif name == "list_completed":
+            assert tail == ["j.completed_at", "j.result"], (name, tail)
+        else:
+            assert tail == [], (name, tail)
     # They all take them from the one job_fields fragment (once per list).
     assert _fragments_used(name).count("job_fields") == JOB_QUERIES[name]
 
@@ -819,12 +908,13 @@ def test_q13_ack_claims_and_claim_is_made_of_the_ack_claims_and_claim_fragments(
         "claimed",
     ]  # fmt: skip
     returned = split_columns(fused["claimed"].rsplit(" RETURNING ", 1)[1])
-    assert returned[-5:] == [
+    assert returned[-6:] == [
         "nullif(j.headers, '{}'::jsonb) AS headers",
         "NULL::timestamptz AS died_at",
         "j.unique_key",
         "j.claim_token",  # Q19.8
         "j.concurrency_key",
+        "j.keep_completed_s",
     ]
     # The acked rows: the id, then one NULL per returned column (never jobs.*, whose
     # shape a migration changes).
@@ -848,6 +938,8 @@ COUNTING_QUERIES = {
     "ack_batch": {"acked"},
     "ack_claims": {"acked"},
     "ack_claims_and_claim": {"acked", "dead_lettered"},
+    "complete_claims": {"acked"},  # Q19.1
+    "complete_claims_and_claim": {"acked", "dead_lettered"},
     "claim": {"dead_lettered"},
     "claim_limited": {"dead_lettered"},  # Q18.7
     "claim_per_key": {"dead_lettered"},  # Q18.8
@@ -949,3 +1041,25 @@ def test_explain_the_seq_scan_detector_sees_a_seq_scan(
     for mode in MODES:
         plan = explain(explain_conn, query, {"payload": b"x"}, mode)
         assert [node["Relation Name"] for node in seq_scans(plan, loaded.schema)] == ["jobs"]
+
+
+#: Q19.2 (O3, E1): the statements of the claim path, and the plain acks. None of them
+#: reads the history table, whatever its size (the 1M-row variant of ``loaded`` runs
+#: under ``-m slow``).
+CLAIM_PATH_QUERIES = [
+    "claim", "claim_limited", "claim_per_key", "ack_claims_and_claim", "ack_claims", "ack",
+    "heartbeat_claims", "retry_claims", "fail_claims",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", CLAIM_PATH_QUERIES)
+def test_q19_2_explain_the_claim_path_never_reads_completed_jobs(
+    loaded: Loaded, explain_conn: psycopg.Connection[Any], name: str, mode: str
+):
+    query = _sql.queries(loaded.schema)[name]
+    assert "completed_jobs" not in query, name
+    for variant, params in params_for(name, loaded):
+        plan = explain(explain_conn, query, params, mode)
+        touched = {node.get("Relation Name") for top in plan for node in plan_nodes(top["Plan"])}
+        assert "completed_jobs" not in touched, (name, variant, mode)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from alkstore_trio import open_store
+from alkstore_trio import QueueOpts, open_store
 from alkstore_trio._engines._postgres import _reads
 from alkstore_trio._engines._postgres._backend import PostgresEngine
 
@@ -70,16 +70,49 @@ async def test_q8_every_payload_size_reads_back_whole_live_and_dead(pg_dsn, pg_s
         assert dead.payload == _payload(2 * SLICE + 3)
 
 
+#: A read's row: the 22 job fields (payload NULL: sent apart), completed_at, the result
+#: (NULL: none, or sent apart), the result's size, the payload's size.
+def _row(payload_size: int, result_size: int | None = None) -> tuple[object, ...]:
+    return (7, "blobs", None, *([None] * 19), None, None, result_size, payload_size)
+
+
 async def test_q8_a_job_that_leaves_between_its_row_and_a_slice_reads_as_gone():
     calls: list[str] = []
-    row = (7, "blobs", None, *([None] * 16), 2 * SLICE)
 
     async def execute(query, params):
         calls.append(query)
-        return [row] if query == "row" else []  # the slice finds no row: the job left
+        return [_row(2 * SLICE)] if query == "row" else []  # no slice row: the job left
 
-    assert await _reads.read_job(execute, "row", "slice", {"id": 7}) is None
+    assert await _reads.read_job(execute, "row", ("slice", "result"), {"id": 7}) is None
     assert calls == ["row", "slice"]
+
+
+async def test_q19_1_a_kept_job_purged_before_its_result_slice_reads_as_gone():
+    calls: list[str] = []
+
+    async def execute(query, params):
+        calls.append(query)
+        return [_row(1, 2 * SLICE)] if query == "row" else []
+
+    assert await _reads.read_job(execute, "row", ("slice", "result"), {"id": 7}) is None
+    assert calls == ["row", "slice", "result"]
+
+
+@pytest.mark.parametrize("driver", ["native", "thread"])
+async def test_q19_1_every_result_size_reads_back_whole(pg_dsn, pg_schema, driver):
+    engine = PostgresEngine(pg_dsn, schema=pg_schema, migrate="apply", driver=driver)
+    async with open_store(engine, max_result_bytes=3 * SLICE) as store:
+        queue = store.queue("results", QueueOpts(keep_completed_s=3600))
+        ids = await queue.enqueue_many([b"%d" % size for size in SIZES])
+        handles = await queue.claim_batch("w", len(SIZES))
+        results = [_payload(size) for size in SIZES]
+        assert await queue.ack_handles(handles, results=results) == [True] * len(SIZES)
+        for size, job_id in zip(SIZES, ids, strict=True):
+            by_queue, by_id = await queue.get_job(job_id), await store.get_job(job_id)
+            assert by_queue is not None
+            assert by_queue.state == "completed"
+            assert by_queue.result == _payload(size), size
+            assert by_id == by_queue
 
 
 _PUT = """
@@ -131,3 +164,34 @@ def test_q8_reading_a_64_mib_payload_back_peaks_near_its_size(pg_dsn, pg_schema)
     # In one result it was 6x (hex text, then bytes); in slices about 1.2x. The
     # comparison of the payload in the check adds nothing: it is made after `after`.
     assert ratio < 2.0, f"reading back peaked at {ratio:.2f}x the payload"
+
+
+_PUT_RESULT = """
+import sys, trio
+from alkstore_trio import QueueOpts, open_store
+
+async def main(dsn, schema, size):
+    async with open_store(dsn, schema=schema, migrate="apply", max_result_bytes=size) as store:
+        queue = store.queue("big", QueueOpts(keep_completed_s=3600))
+        job_id = await queue.enqueue(b"small")
+        handle = await queue.claim_one("w")
+        assert handle is not None and await handle.ack(result=b"\\x01" * size)
+        print(int(job_id))
+
+trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+_GET_RESULT = _GET.replace("job.payload == b", "job.result == b")
+
+
+def test_q19_1_reading_a_64_mib_result_back_peaks_near_its_size(pg_dsn, pg_schema):
+    """Q19.1: a kept job's large result is read back in slices, as a large payload is."""
+    size = str(64 * 1024 * 1024)
+
+    def run(script: str, *args: str) -> str:
+        command = [sys.executable, "-c", script, pg_dsn, pg_schema, size, *args]
+        done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+        return done.stdout.strip().splitlines()[-1]
+
+    job_id = run(_PUT_RESULT)
+    ratio = float(run(_GET_RESULT, job_id))
+    assert ratio < 2.0, f"reading back peaked at {ratio:.2f}x the result"

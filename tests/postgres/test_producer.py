@@ -188,6 +188,35 @@ async def test_q20_3_a_producer_writes_the_rows_the_store_writes(pg_dsn, migrate
             assert (await store.queue("plain").get_job(plain)).visibility_timeout_s == 300
 
 
+async def test_q20_3_q19_2_a_producer_stamps_keep_completed_s_and_its_jobs_are_kept(
+    pg_dsn, migrated
+):
+    # Q19.2 through the producer: the queue's keep_completed_s is stamped on every row it
+    # writes (one, many, keyed), as the store's handle stamps it, so their acks keep them.
+    producer = Producer(migrated, queues={"kept": QueueOpts(keep_completed_s=60)})
+
+    def produce():
+        with psycopg.connect(pg_dsn) as conn:
+            one = producer.enqueue(conn, "kept", b"one")
+            many = producer.enqueue_many(conn, "kept", [b"a", b"b"])
+            keyed = producer.enqueue(conn, "kept", b"keyed", unique_key="k")
+            by_name = producer.enqueue(conn, "unstamped", b"plain")
+            conn.commit()
+            return [one, *many, keyed], by_name
+
+    stamped, plain = await trio.to_thread.run_sync(produce)
+    async with open_store(pg_dsn, schema=migrated) as store:
+        queue = store.queue("kept")
+        for job_id in stamped:
+            assert (await queue.get_job(job_id)).keep_completed_s == 60, job_id
+        assert (await store.queue("unstamped").get_job(plain)).keep_completed_s is None
+        handles = await queue.claim_batch("w", len(stamped))
+        assert await queue.ack_handles(handles, results=[b"r"] * len(handles)) == [True] * 4
+        kept = await queue.list_jobs("completed")
+        assert sorted(job.id for job in kept) == sorted(stamped)
+        assert {job.result for job in kept} == {b"r"}
+
+
 def shape(job) -> dict[str, object]:
     """A job's fields, its times relative to its enqueue, without its id or key."""
     fields = {

@@ -77,21 +77,37 @@ FRAGMENT_USERS = {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "retry", "fail",
         "retry_claims",
         "fail_claims", "sweep_expired",
+        "complete_claims_and_claim",  # Q19.1: its claim's pre-claim sweep
     },
     "count_moves": {
         "ack", "ack_batch", "ack_claims", "ack_claims_and_claim", "claim", "claim_limited",
         "claim_per_key", "retry", "fail",
         "retry_claims", "fail_claims", "sweep_expired", "cancel",
+        "complete_claims", "complete_claims_and_claim",  # Q19.1
     },
     "job_fields": {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "get_job",
         "find_job", "list_live", "list_dead",
+        "complete_claims_and_claim", "list_completed",  # Q19.1, Q19.2
     },
     "inline_payload": {"get_job", "find_job"},  # Q8: a large payload read apart
-    "claim_gate": {"claim", "ack_claims_and_claim"},  # Q18
-    "claim_candidates": {"claim", "ack_claims_and_claim", "claim_limited"},
-    "claim_walks": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key"},
-    "claim_update": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key"},
+    "inline_result": {"get_job", "find_job"},  # Q19.1: a large result read apart
+    "read_tail": {"get_job", "find_job"},  # Q8/Q19.2: what a read of one job adds
+    # Q19.2: the moving ack (the kept rows' insert, and the delete it feeds).
+    "keep_rows": {"ack_batch", "complete_claims", "complete_claims_and_claim"},
+    "complete_delete": {"complete_claims", "complete_claims_and_claim"},
+    "claim_gate": {"claim", "ack_claims_and_claim", "complete_claims_and_claim"},  # Q18
+    "claim_candidates": {
+        "claim", "ack_claims_and_claim", "claim_limited", "complete_claims_and_claim",
+    },
+    "claim_walks": {
+        "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key",
+        "complete_claims_and_claim",
+    },
+    "claim_update": {
+        "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key",
+        "complete_claims_and_claim",
+    },
     "limit_state": {"claim_limited", "claim_per_key", "next_due"},  # Q18.7-Q18.9
     "limit_allowance": {"claim_limited", "claim_per_key"},  # Q18.7-Q18.9
     "key_loose_scan": {"claim_per_key", "next_due"},  # Q18.8
@@ -99,7 +115,10 @@ FRAGMENT_USERS = {
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
     # the core's, not queries.sql's:
-    "claim_order": {"claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "next_due"},
+    "claim_order": {
+        "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "next_due",
+        "complete_claims_and_claim",
+    },
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
 }  # fmt: skip
 
@@ -146,7 +165,7 @@ def test_queries_the_job_fields_are_the_fields_the_backend_reads_in_its_order():
         "j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at, "
         "j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error, "
         "nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key, "
-        "j.claim_token, j.concurrency_key"
+        "j.claim_token, j.concurrency_key, j.keep_completed_s"
     )
 
 
@@ -166,6 +185,12 @@ CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
 CONTRACT_WORDS |= {"payload_slice"}  # Q8: a large payload, read in slices
 CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 CONTRACT_WORDS |= {"claim_per_key"}  # Q18.8
+# Q19.1-Q19.3: the moving acks (with results), the history's listing, a large result's
+# slices, the purge.
+CONTRACT_WORDS |= {
+    "complete_claims", "complete_claims_and_claim", "list_completed", "result_slice",
+    "purge_completed",
+}  # fmt: skip
 CONTRACT_WORDS |= {"release_claims"}  # Q19.8
 
 

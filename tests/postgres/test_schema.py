@@ -238,19 +238,33 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "pg_advisory_xact_lock" in enqueue_def
     assert "pg_notify(channel, due)" in enqueue_def
     assert "Q20.4" in from_migrations["functions"][1][3]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 20
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 20
-    # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key and (Q19.8)
-    # the claim token, last in both tables: a jsonb object that defaults to '{}', and
-    # nullable columns without a default.
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 21
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 21
+    # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key, (Q19.8)
+    # the claim token and (Q19.2) the stamp keep_completed_s, last in both tables: a jsonb
+    # object that defaults to '{}', and nullable columns without a default (catalog-only
+    # adds).
     for table in ("jobs", "dead_jobs"):
-        *_, headers, key, group, token = [
+        *_, headers, key, group, token, keep = [
             row for row in from_migrations["columns"] if row[0] == table
         ]
         assert headers[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), headers
         assert key[1:5] == ("unique_key", "text", False, None), key
         assert group[1:5] == ("concurrency_key", "text", False, None), group
         assert token[1:5] == ("claim_token", "bigint", False, None), token
+        assert keep[1:5] == ("keep_completed_s", "double precision", False, None), keep
+    # Q19.2: the history table, off the live table, with its purge and list indexes.
+    assert relations["completed_jobs"] == "r"
+    assert "(queue, purge_at)" in indexes["completed_jobs_purge_idx"]
+    assert "(queue, state, id)" in indexes["completed_jobs_list_idx"]
+    completed = [row[1] for row in from_migrations["columns"] if row[0] == "completed_jobs"]
+    assert completed[-5:] == [
+        "claim_token",
+        "keep_completed_s",
+        "completed_at",
+        "purge_at",
+        "result",
+    ]
     # Q18.8: the per-key indexes hold keyed rows only (keyless enqueues pay nothing), and
     # `limited` counts the per-key limit.
     for name in ("jobs_key_claim_idx", "jobs_key_lease_idx"):

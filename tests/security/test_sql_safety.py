@@ -292,6 +292,7 @@ SQL_BUILTINS = {
     "in",
     "values",
     "check",
+    "array",  # "ARRAY(SELECT ...)": the array constructor, syntax (Q19.3's purge)
 }
 SQL_WORDS = {"AS", "AND", "OR", "NOT", "MATERIALIZED", "USING", "ON", "FROM", "SELECT", "IN", "OF"}
 SQL_WORDS |= {"LATERAL", "FILTER", "TRUE", "CONFLICT", "SET", "KEY", "WITH", "JOIN"}

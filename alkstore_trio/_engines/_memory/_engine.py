@@ -14,6 +14,7 @@ operation half-known (it either was not sent, or it completed and its result ret
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import trio
 
 from ..._core._reschedule import RescheduleSpec, due_in_s, spec_due_in_s
+from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
-    from .._protocol import Claim, FailItem, RetryItem, SqlParams
+    from .._protocol import Claim, Completion, FailItem, RetryItem, SqlParams
     from ._table import UniqueKey
 
 T = TypeVar("T")
@@ -232,6 +234,24 @@ class MemoryEngine:
 
         return await self._call(run)
 
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        def run(table: JobTable, now: datetime) -> list[int]:
+            done = table.complete(queue, items, now)
+            self._freed(table, queue, len(done))
+            return done
+
+        return await self._call(run)
+
+    async def complete_and_claim(
+        self, queue: str, items: Sequence[Completion], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        def run(table: JobTable, now: datetime) -> tuple[list[int], list[Job]]:
+            done, jobs = table.complete_and_claim(queue, items, worker_id, n, now)
+            self._freed(table, queue, len(done) - len(jobs))
+            return done, jobs
+
+        return await self._call(run)
+
     async def retry(self, queue: str, items: Sequence[RetryItem]) -> list[bool]:
         def run(table: JobTable, now: datetime) -> list[bool]:
             done = table.retry(queue, items, now)
@@ -287,7 +307,15 @@ class MemoryEngine:
         return await self._call(lambda table, now: table.get(job_id, queue))
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
-        return await self._call(lambda table, now: table.sweep_expired(queue, retention_s, now))
+        swept = await self._call(lambda table, now: table.sweep_expired(queue, retention_s, now))
+        # Q19.3: the purge of kept rows goes on in batches, each a transition of its own
+        # (other operations run between them), as on PostgreSQL.
+        purged, batch = swept.purged_completed, swept.purged_completed
+        deadline = time.monotonic() + PURGE_BUDGET_S
+        while batch == PURGE_BATCH and time.monotonic() < deadline:
+            batch = await self._call(lambda table, now: table.history.purge(queue, now))
+            purged += batch
+        return swept._replace(purged_completed=purged)
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None

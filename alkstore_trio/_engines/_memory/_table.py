@@ -56,13 +56,14 @@ from ..._core import (
     Job,
     JobState,
     QueueLimits,
-    QueueStats,
     StoreStats,
     SweepResult,
 )
 from ..._core import _transitions as t
 from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
-from . import _per_key
+from .._protocol import Completion
+from . import _per_key, _stats
+from ._history import History
 from ._limits import LimitBook
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class JobTable:
         self._gen: dict[int, int] = {}
         self._next_gen = 0
         self._dead: dict[int, Job] = {}
+        #: Q19.2: the kept rows of acked jobs.
+        self.history = History()
         self._queues: dict[str, _QueueIndex] = {}
         self._finished: dict[str, _Finished] = {}
         self._next_id = 1
@@ -142,9 +145,9 @@ class JobTable:
     # -- reading -----------------------------------------------------------------------
 
     def get(self, job_id: int, queue: str | None) -> Job | None:
-        """Q8: the row with this id in this queue, live or dead; D26: in whichever queue
-        it is, for ``queue=None``."""
-        job = self._live.get(job_id) or self._dead.get(job_id)
+        """Q8: the row with this id in this queue, live, dead or kept (Q19.2); D26: in
+        whichever queue it is, for ``queue=None``."""
+        job = self._live.get(job_id) or self._dead.get(job_id) or self.history.get(job_id)
         if job is None or (queue is not None and job.queue != queue):
             return None
         return job
@@ -152,6 +155,8 @@ class JobTable:
     def list_jobs(self, queue: str, state: JobState, limit: int, after_id: int | None) -> list[Job]:
         """D26: up to ``limit`` rows of this queue in this state, by id, with ids above
         ``after_id``. A linear scan: the operator's listing is not a hot path."""
+        if state == "completed":
+            return self.history.list_jobs(queue, limit, after_id)
         rows = self._dead if state == "dead" else self._live
         floor = 0 if after_id is None else after_id
         found = [
@@ -164,64 +169,34 @@ class JobTable:
 
     def stats(self, queue: str | None, now: datetime) -> StoreStats:
         """D22: the counts of every queue with rows or counted jobs (or of ``queue``
-        only, rows or not), at ``now``, with each queue's counters (D27). A linear scan
-        of the rows, as counting is on any engine."""
+        only, rows or not), at ``now``, with each queue's counters (D27); kept rows
+        (Q19.2) are not counted."""
         self._observe(now)
-        counts: dict[str, list[int]] = {}
-        oldest: dict[str, datetime] = {}
-        if queue is not None:
-            counts[queue] = [0, 0, 0, 0, 0]
-        else:
-            for name in [*self._finished, *self._paused, *self.limits.listed()]:
-                counts[name] = [0, 0, 0, 0, 0]
-        for job in [*self._live.values(), *self._dead.values()]:
-            if queue is not None and job.queue != queue:
-                continue
-            row = counts.setdefault(job.queue, [0, 0, 0, 0, 0])
-            if job.state == "dead":
-                row[4] += 1
-            elif job.state == "processing":
-                row[2] += 1
-                if t.is_reclaimable(job, now):
-                    row[3] += 1
-            elif job.run_at <= now:
-                row[0] += 1
-                if job.queue not in oldest or job.run_at < oldest[job.queue]:
-                    oldest[job.queue] = job.run_at
-            else:
-                row[1] += 1
-        entries: list[QueueStats] = []
-        for name, row in sorted(counts.items()):
-            finished = self._finished.get(name) or _Finished()
-            limits, throttled = self.limits.stats(name)
-            entries.append(
-                QueueStats(
-                    queue=name,
-                    pending_ready=row[0],
-                    pending_delayed=row[1],
-                    processing=row[2],
-                    reclaimable=row[3],
-                    dead=row[4],
-                    oldest_ready_age_s=(
-                        (now - oldest[name]).total_seconds() if name in oldest else None
-                    ),
-                    acked_total=finished.acked,
-                    dead_lettered_total=finished.dead_lettered,
-                    cancelled_total=finished.cancelled,
-                    paused=name in self._paused,
-                    limits=limits,
-                    throttled=throttled,
-                )
-            )
-        return StoreStats(now=now, ids_issued=self._next_id - 1, queues=tuple(entries))
+        names = [*self._finished, *self._paused, *self.limits.listed()]
+        return _stats.table_stats(
+            [*self._live.values(), *self._dead.values()],
+            queue,
+            names,
+            now,
+            ids_issued=self._next_id - 1,
+            entry=self._stats_entry,
+        )
+
+    def _stats_entry(self, name: str) -> _stats.Entry:
+        finished = self._finished.get(name) or _Finished()
+        limits, throttled = self.limits.stats(name)
+        return (
+            finished.acked, finished.dead_lettered, finished.cancelled,
+            name in self._paused, limits, throttled,
+        )  # fmt: skip
 
     def jobs(self) -> Iterator[Job]:
         """Every row, live and dead, in id order."""
-        rows = [*self._live.values(), *self._dead.values()]
+        rows = [*self._live.values(), *self._dead.values(), *self.history]
         return iter(sorted(rows, key=lambda job: job.id))
 
     def __len__(self) -> int:
-        return len(self._live) + len(self._dead)
+        return len(self._live) + len(self._dead) + len(self.history)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -392,30 +367,47 @@ class JobTable:
         return renewed
 
     def ack_batch(self, queue: str, job_ids: Iterable[int], now: datetime) -> int:
-        """Q6: delete each distinct, ackable row of this queue; count them."""
+        """Q6: finish each distinct, ackable row of this queue (deleted, or kept: Q19.2);
+        count them."""
         self._observe(now)
         count = 0
         for job_id in dict.fromkeys(job_ids):
             job = self._live.get(job_id)
             if job is not None and job.queue == queue and t.is_ackable(job, now):
-                self._drop_live(job_id)
+                self._finish(job, None, now)
                 count += 1
         if count:
             self._counts(queue).acked += count
         return count
 
     def ack(self, queue: str, claims: Iterable[Claim], now: datetime) -> list[int]:
-        """Q4/Q13: delete each (job id, claim token) whose claim is valid (Q4's V) in this
-        queue, in one transition; the ids deleted, in the order given."""
+        """Q4/Q13: finish each (job id, claim token) whose claim is valid (Q4's V) in this
+        queue, in one transition; the ids finished, in the order given."""
+        return self.complete(queue, [Completion(*claim, None) for claim in claims], now)
+
+    def complete(self, queue: str, items: Iterable[Completion], now: datetime) -> list[int]:
+        """Q19.1/Q19.2: :meth:`ack` with results: a valid claim's row leaves the live
+        rows, and moves to history with its result when its stamp keeps it (an unkept
+        row's result is discarded). One transition; a claim listed twice counts once."""
         self._observe(now)
-        deleted: list[int] = []
-        for job_id, token in dict.fromkeys(claims):
-            if self._valid(queue, job_id, token, now) is not None:
-                self._drop_live(job_id)
-                deleted.append(job_id)
-        if deleted:
-            self._counts(queue).acked += len(deleted)
-        return deleted
+        finished: list[int] = []
+        distinct: dict[tuple[int, int], bytes | None] = {}
+        for item in items:
+            distinct.setdefault((item.job_id, item.token), item.result)
+        for (job_id, token), result in distinct.items():
+            job = self._valid(queue, job_id, token, now)
+            if job is not None:
+                self._finish(job, result, now)
+                finished.append(job_id)
+        if finished:
+            self._counts(queue).acked += len(finished)
+        return finished
+
+    def _finish(self, job: Job, result: bytes | None, now: datetime) -> None:
+        """The ack's move: out of the live rows, into history when kept (Q19.2)."""
+        self._drop_live(job.id)
+        if job.keep_completed_s is not None:
+            self.history.keep(t.completed(job, now, result))
 
     def ack_and_claim(
         self, queue: str, claims: Iterable[Claim], worker_id: str, n: int, now: datetime
@@ -425,6 +417,13 @@ class JobTable:
         can run between the two steps: the caller runs this as one request."""
         acked = self.ack(queue, claims, now)
         return acked, self.claim(queue, worker_id, n, now)
+
+    def complete_and_claim(
+        self, queue: str, items: Iterable[Completion], worker_id: str, n: int, now: datetime
+    ) -> tuple[list[int], list[Job]]:
+        """Q19.1 (D21): :meth:`complete`, then :meth:`claim`, in one transition."""
+        done = self.complete(queue, items, now)
+        return done, self.claim(queue, worker_id, n, now)
 
     def retry(self, queue: str, items: Iterable[RetryItem], now: datetime) -> list[bool]:
         """Q4/Q13 (D20): retry each (job id, claim token, error, delay_s) in turn (dead at
@@ -516,11 +515,13 @@ class JobTable:
         return len(doomed)
 
     def sweep_expired(self, queue: str, retention_s: float | None, now: datetime) -> SweepResult:
-        """Q9: dead-letter expired live rows, then purge dead rows past retention."""
+        """Q9: dead-letter expired live rows, then purge dead rows past retention; then
+        Q19.3: the first batch of kept rows past their time (the engine purges the next
+        batches as transitions of their own)."""
         self._observe(now)
         index = self._queues.get(queue)
         if index is None:
-            return SweepResult(0, 0)
+            return SweepResult(0, 0, self.history.purge(queue, now))
         expired = 0
         while index.expiry and index.expiry[0][0] < now:
             expires_at, job_id = heapq.heappop(index.expiry)
@@ -544,7 +545,8 @@ class JobTable:
             del self._dead[job_id]
             purged += 1
         self._drop_closed_windows(queue, index, now)
-        return SweepResult(expired, purged)
+        # Q19.3: the first batch of the purge of kept rows; the engine runs the rest.
+        return SweepResult(expired, purged, self.history.purge(queue, now))
 
     # -- Q16: rescheduling, and the next due time (R11) --------------------------------
 

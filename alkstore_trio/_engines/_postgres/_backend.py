@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,8 +34,10 @@ from ..._core import (
     claim_order_key,
 )
 from ..._core import _validate as v
+from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
+from .._protocol import Completion
 from .._wake import WakeHub, WakeListener
 from . import (
     _driver,
@@ -52,6 +53,13 @@ from . import (
 )
 from ._dsn import describe
 from ._options import _Conninfo, check_options, driver_connect
+from ._params import (
+    _applied,
+    _claim_params,
+    _completion_params,
+    _int_array,
+    _token_base,
+)
 from ._rows import job as _job
 from ._rows import utc as _utc
 
@@ -237,13 +245,18 @@ class PostgresEngine:
         return jobs
 
     async def _claim_limited(
-        self, queue: str, claims: Sequence[Claim], params: dict[str, object]
+        self,
+        queue: str,
+        claims: Sequence[Claim] | Sequence[Completion],
+        params: dict[str, object],
+        ack_name: str = "ack_claims",
     ) -> tuple[list[int], list[Job]]:
-        """Q18.7-Q18.9: a claim (after acks) of a limited queue, in a transaction."""
+        """Q18.7-Q18.9: a claim (after acks: ``ack_name``, or Q19.1's
+        ``complete_claims``) of a limited queue, in a transaction."""
         params["channel"] = self._channel(queue)
         async with self._transaction_conn() as conn:
             acked, jobs, limited = await _limited.claim(
-                conn, self._q, self._limit_barrier, queue, claims, params, _job
+                conn, self._q, self._limit_barrier, queue, claims, params, _job, ack_name
             )
         if not limited:
             self._limited.discard(queue)
@@ -275,8 +288,45 @@ class PostgresEngine:
             acked = [job_id] if await self._run("ack", params) else []
         else:
             acked = [row[0] for row in await self._run("ack_claims", _claim_params(queue, claims))]
+        if len(acked) < len(claims):
+            acked += await self._complete_left(queue, claims, acked)
         await self._freed(queue, len(acked))
         return acked
+
+    async def _complete_left(
+        self, queue: str, claims: Sequence[Claim], acked: Sequence[int]
+    ) -> list[int]:
+        """Q19.2: the plain acks leave kept rows alone (``keep_completed_s IS NULL``); the
+        claims they did not finish (kept, or refused) go through the moving ack. The
+        store sends kept claims to :meth:`complete`, so this runs only for refusals (and
+        for a caller of the engine that did not know the stamp)."""
+        done = set(acked)
+        left = [Completion(*claim, None) for claim in claims if claim.job_id not in done]
+        return await self._complete(queue, left)
+
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        done = await self._complete(queue, items)
+        await self._freed(queue, len(done))
+        return done
+
+    async def _complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        if not items:
+            return []
+        params = _completion_params(queue, items)
+        return [row[0] for row in await self._run("complete_claims", params)]
+
+    async def complete_and_claim(
+        self, queue: str, items: Sequence[Completion], worker_id: str, n: int
+    ) -> tuple[list[int], list[Job]]:
+        params = {
+            **_completion_params(queue, items),
+            "worker_id": worker_id,
+            "n": min(n, v.JOB_ID_MAX),
+            "token_base": _token_base(),
+        }
+        if queue in self._limited:
+            return await self._claim_limited(queue, items, params, "complete_claims")
+        return await self._fused(queue, "complete_claims_and_claim", params)
 
     async def ack_and_claim(
         self, queue: str, claims: Sequence[Claim], worker_id: str, n: int
@@ -288,17 +338,29 @@ class PostgresEngine:
             "token_base": _token_base(),
         }
         if queue in self._limited:
-            return await self._claim_limited(queue, claims, params)
+            acked, jobs = await self._claim_limited(queue, claims, params)
+        else:
+            acked, jobs = await self._fused(queue, "ack_claims_and_claim", params)
+        if len(acked) < len(claims):
+            acked += await self._complete_left(queue, claims, acked)
+        return acked, jobs
+
+    async def _fused(
+        self, queue: str, name: str, params: dict[str, object]
+    ) -> tuple[list[int], list[Job]]:
+        """R2 (D21): acks and a claim in one statement (``ack_claims_and_claim`` or
+        ``complete_claims_and_claim``); the ids acked and the jobs claimed."""
         acked: list[int] = []
         jobs: list[Job] = []
-        for row in await self._run("ack_claims_and_claim", params):
+        for row in await self._run(name, params):
             if row[0] is not None:
                 acked.append(row[0])
             elif row[1] is not None:
                 jobs.append(_job(row[1:]))
             else:  # Q18.7: the queue is limited; the acks are done
                 self._limited.add(queue)
-                del params["ids"], params["tokens"]
+                for key in ("ids", "tokens", "results"):
+                    params.pop(key, None)
                 return acked, (await self._claim_limited(queue, (), params))[1]
         jobs.sort(key=claim_order_key)
         return acked, jobs
@@ -369,14 +431,30 @@ class PostgresEngine:
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
         name, params = ("find_job", {}) if queue is None else ("get_job", {"queue": queue})
         return await _reads.read_job(
-            self._execute_binary, self._q[name], self._q["payload_slice"], {**params, "id": job_id}
+            self._execute_binary,
+            self._q[name],
+            (self._q["payload_slice"], self._q["result_slice"]),
+            {**params, "id": job_id},
         )
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         ((expired, purged),) = await self._run(
             "sweep_expired", {"queue": queue, "retention_s": retention_s}
         )
-        return SweepResult(int(expired), int(purged))
+        return SweepResult(int(expired), int(purged), await self._purge_completed(queue))
+
+    async def _purge_completed(self, queue: str) -> int:
+        """Q19.3: purge the queue's kept rows past their time in batches of
+        :data:`PURGE_BATCH`, one statement (one transaction) each, while a batch comes
+        back full and for at most :data:`PURGE_BUDGET_S` (the next sweep goes on)."""
+        params: dict[str, object] = {"queue": queue, "batch": PURGE_BATCH}
+        deadline = trio.current_time() + PURGE_BUDGET_S
+        batch, purged = PURGE_BATCH, 0
+        while batch == PURGE_BATCH and trio.current_time() < deadline:
+            ((count,),) = await self._run("purge_completed", params)
+            batch = int(count)
+            purged += batch
+        return purged
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None
@@ -389,6 +467,8 @@ class PostgresEngine:
         }
         if state == "dead":
             rows = await self._run("list_dead", params)
+        elif state == "completed":
+            return [_rows.kept_job(row) for row in await self._run("list_completed", params)]
         else:
             rows = await self._run("list_live", {**params, "state": state})
         return [_job(row) for row in rows]
@@ -680,41 +760,6 @@ def _due_in_s(payload: str) -> float | None:
     except ValueError:
         return None
     return seconds if 0 <= seconds < math.inf else None
-
-
-def _claim_params(
-    queue: str, claims: Sequence[Claim] | Sequence[RetryItem] | Sequence[FailItem]
-) -> dict[str, object]:
-    """The parameters of the batch statements over (job id, claim token) pairs: two
-    parallel arrays, unnest'ed together in SQL. The facade never sends an empty batch."""
-    return {
-        "queue": queue,
-        "ids": _int_array([claim.job_id for claim in claims]),
-        "tokens": _int_array([claim.token for claim in claims]),
-    }
-
-
-def _token_base() -> int:
-    """Q19.8: 62 random bits for one claim statement, from the client's entropy (it
-    survives a server crash and needs no server randomness); the statement XORs each
-    row's id into it, so the tokens of one statement differ. 62 bits: the XOR with an id
-    (< 2**63) stays a non-negative bigint."""
-    return secrets.randbits(62)
-
-
-def _int_array(values: Sequence[int]) -> str:
-    """A PostgreSQL array literal of ints (``{1,2,3}``), bound as a text parameter that
-    the statement casts (``::bigint[]``). psycopg's list dumper costs ~2 µs more per
-    element than this on the worker's hot path (a bound parameter all the same: never
-    query text). ``int.__repr__`` writes the digits of any int, subclasses included."""
-    return "{" + ",".join(map(int.__repr__, values)) + "}"
-
-
-def _applied(count: int, rows: Sequence[tuple[Any, ...]]) -> list[bool]:
-    """One bool per item of a batch statement that returns the ordinals (1-based
-    positions) of the items it applied."""
-    applied = {row[0] for row in rows}
-    return [ordinal in applied for ordinal in range(1, count + 1)]
 
 
 class PostgresTransaction:

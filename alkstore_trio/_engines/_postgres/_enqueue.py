@@ -82,6 +82,7 @@ def statement(
         "visibility_timeout_s": first.visibility_timeout_s,
         "backoff_base_s": first.backoff_base_s,
         "expires_in_s": first.expires_in_s,
+        "keep_completed_s": first.keep_completed_s,  # Q19.2
         "headers": headers_json(first.headers),
         "channel": channel(first.queue),
     }
@@ -134,4 +135,5 @@ def same_options(a: EnqueueSpec, b: EnqueueSpec) -> bool:
         and a.backoff_base_s == b.backoff_base_s
         and a.expires_in_s == b.expires_in_s
         and a.headers == b.headers
+        and a.keep_completed_s == b.keep_completed_s
     )

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from ..._core import Job
-    from .._protocol import Claim
+    from .._protocol import Claim, Completion
     from . import _driver
 
 #: The limited claim's first statement (a LOCK cannot be prepared, so it is not in
@@ -49,21 +49,23 @@ async def claim(
     queries: Mapping[str, str],
     barrier: str,
     queue: str,
-    claims: Sequence[Claim],
+    claims: Sequence[Claim] | Sequence[Completion],
     params: dict[str, object],
     job: Callable[[Sequence[Any]], Job],
+    ack_name: str = "ack_claims",
 ) -> tuple[list[int], list[Job], bool]:
     """The limited claim, inside the caller's transaction: the ids acked, the jobs
     claimed, and whether the queue is still limited. ``params`` are the claim's (queue,
     worker_id, n, channel, and the ack arrays when ``claims`` is not empty); ``barrier``
-    is :data:`LIMIT_BARRIER_SQL` rendered for the schema."""
+    is :data:`LIMIT_BARRIER_SQL` rendered for the schema; ``ack_name`` is the acks'
+    statement (Q19.1: ``complete_claims`` when ``params`` carry results)."""
     await conn.execute(barrier, [])
     rows = await conn.execute(queries["lock_limits"], {"queue": queue})
     limited = bool(rows and rows[0][0])
     statement = queries["claim_per_key" if rows and rows[0][1] else "claim_limited"]
     acked: list[int] = []
     if claims:
-        acked = [row[0] for row in await conn.execute(queries["ack_claims"], params)]
+        acked = [row[0] for row in await conn.execute(queries[ack_name], params)]
     jobs = [job(row) for row in await conn.execute(statement, params)]
     if limited and len(acked) > len(jobs):
         await conn.execute(queries["wake"], params)

@@ -13,6 +13,9 @@ The slices need no transaction: a job's payload never changes while its id exist
 redrive moves the row whole and keeps its id), so slices read by separate statements
 make up the payload the row had. A job that leaves meanwhile (acked, cancelled, purged)
 has no row for a slice: the read then answers ``None``, as a read a moment later would.
+
+Q19.1: a kept job's result comes the same way (``result_slice``): a kept row never
+changes, and one purged between its row and a slice reads as gone.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any, Final
 
-from ._rows import job as _job
+from ._rows import kept_job as _kept_job
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -34,26 +37,31 @@ PAYLOAD_SLICE_BYTES: Final = 4 * 1024 * 1024
 
 
 async def read_job(
-    execute: Execute, query: str, slice_query: str, params: dict[str, object]
+    execute: Execute, query: str, slice_queries: tuple[str, str], params: dict[str, object]
 ) -> Job | None:
-    """The job the read ``query`` (``get_job`` or ``find_job``) finds, its payload read
-    in slices by ``slice_query`` when the row came without it; ``execute`` runs one
-    statement with binary results."""
+    """The job the read ``query`` (``get_job`` or ``find_job``) finds, its payload (and,
+    Q19.1, a kept row's result) read in slices by ``slice_queries`` (``payload_slice``,
+    ``result_slice``) when the row came without it; ``execute`` runs one statement with
+    binary results. The row: the job fields, ``completed_at``, the result (or ``None``),
+    the result's size, the payload's size."""
     rows = await execute(query, {**params, "inline_max": PAYLOAD_SLICE_BYTES})
     if not rows:
         return None
     row: Sequence[Any] = rows[0]
-    if row[2] is None:
-        payload = await _payload_in_slices(execute, slice_query, row[0], row[-1])
-        if payload is None:
-            return None
-        row = (*row[:2], payload, *row[3:])
-    return _job(row)
+    job_id, result, result_size, payload_size = row[0], row[23], row[24], row[25]
+    payload = row[2]
+    if payload is None:
+        payload = await _in_slices(execute, slice_queries[0], job_id, payload_size)
+    if result is None and result_size is not None:
+        result = await _in_slices(execute, slice_queries[1], job_id, result_size)
+        if result is None:
+            return None  # purged between the row and this slice
+    if payload is None:
+        return None
+    return _kept_job((*row[:2], payload, *row[3:23], result))
 
 
-async def _payload_in_slices(
-    execute: Execute, slice_query: str, job_id: int, size: int
-) -> bytes | None:
+async def _in_slices(execute: Execute, slice_query: str, job_id: int, size: int) -> bytes | None:
     buffer = io.BytesIO()
     # Sized once, up front: growing by the slices made the buffer move (a copy of all
     # that was read so far) and left freed blocks behind; the peak varied from 1.3x to

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 def job(row: Sequence[Any]) -> Job:
     """A result row in the column order of the queries as a Job: the columns of ``jobs``
     up to ``last_error``, the headers, ``died_at``, the unique key (Q15), the claim token
-    (Q19.8) and the concurrency key (Q18.8).
+    (Q19.8), the concurrency key (Q18.8) and the stamp ``keep_completed_s`` (Q19.2).
 
     The queries send the headers as ``nullif(headers, '{}')``: ``None`` for a job without
     any (the usual case), so psycopg parses no JSON (its jsonb loader takes about 1.3 µs
@@ -44,6 +45,21 @@ def job(row: Sequence[Any]) -> Job:
         unique_key=row[18],
         claim_token=row[19],
         concurrency_key=row[20],
+        keep_completed_s=row[21],
+    )
+
+
+def kept_job(row: Sequence[Any]) -> Job:
+    """Q19.2: a row of the job fields followed by ``completed_at`` and the result (a
+    kept row's; ``None`` for other rows)."""
+    base = job(row)
+    completed_at, result = row[22], row[23]
+    if completed_at is None and result is None:
+        return base
+    return replace(
+        base,
+        completed_at=utc_or_none(completed_at),
+        result=None if result is None else bytes(result),
     )
 
 

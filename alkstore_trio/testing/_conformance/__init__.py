@@ -239,8 +239,25 @@ from .q18_per_key import (
     q18_8_next_due_waits_for_the_earliest_lease_of_the_full_keys,
     q18_8_the_concurrency_key_travels_with_the_job,
 )
+from .q19_1_results import (
+    q19_1_a_kept_jobs_result_is_stored_with_its_ack,
+    q19_1_a_stale_claims_result_is_refused_with_its_ack,
+    q19_1_an_unkept_jobs_result_is_discarded,
+    q19_1_bad_results_raise_without_effect,
+    q19_1_results_go_with_the_fused_ack_of_a_limited_queue,
+)
+from .q19_2_q19_3_history import (
+    q19_2_a_kept_job_is_readable_after_its_ack,
+    q19_2_keep_completed_s_is_a_validated_stamp,
+    q19_2_list_jobs_pages_the_completed_rows,
+    q19_2_list_jobs_rejects_unknown_states,
+    q19_2_unkept_jobs_are_deleted_and_ack_batch_keeps,
+    q19_3_a_purge_larger_than_one_batch_completes,
+    q19_3_sweeps_purge_kept_rows_after_their_time,
+)
 from .q19_8_tokens import (
     q19_8_a_redriven_job_refuses_its_old_holders,
+    q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
     q19_8_bad_release_arguments_raise_without_effect,
     q19_8_every_claim_of_a_job_gets_a_new_token,
     q19_8_release_gives_the_claims_attempt_back,
@@ -420,12 +437,26 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q18_10_stats_show_limits_and_count_throttled_claims,
     q18_11_set_limits_merges_and_limits_reads_them,
     q18_11_bad_limits_raise_and_change_nothing,
+    # Q19.1-Q19.3: results, history and its purge.
+    q19_1_a_kept_jobs_result_is_stored_with_its_ack,
+    q19_1_an_unkept_jobs_result_is_discarded,
+    q19_1_bad_results_raise_without_effect,
+    q19_1_a_stale_claims_result_is_refused_with_its_ack,
+    q19_1_results_go_with_the_fused_ack_of_a_limited_queue,
+    q19_2_keep_completed_s_is_a_validated_stamp,
+    q19_2_a_kept_job_is_readable_after_its_ack,
+    q19_2_unkept_jobs_are_deleted_and_ack_batch_keeps,
+    q19_2_list_jobs_pages_the_completed_rows,
+    q19_2_list_jobs_rejects_unknown_states,
+    q19_3_sweeps_purge_kept_rows_after_their_time,
+    q19_3_a_purge_larger_than_one_batch_completes,
     # Q19.8: claim tokens and release.
     q19_8_every_claim_of_a_job_gets_a_new_token,
     q19_8_v_refuses_a_token_that_is_not_the_claims,
     q19_8_a_redriven_job_refuses_its_old_holders,
     q19_8_release_gives_the_claims_attempt_back,
     q19_8_bad_release_arguments_raise_without_effect,
+    q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
 )
 
 

@@ -41,6 +41,7 @@ _TIMESTAMP_FIELDS: Final = (
     "claimed_at",
     "claim_expires_at",
     "died_at",
+    "completed_at",  # Q19.2
 )
 _JOB_FIELDS: Final = (
     "id",
@@ -64,6 +65,9 @@ _JOB_FIELDS: Final = (
     "unique_key",
     "concurrency_key",
     "claim_token",
+    "keep_completed_s",  # Q19.2
+    "completed_at",
+    "result",  # Q19.1
 )
 
 Check = Callable[["EngineHarness"], "Awaitable[None]"]

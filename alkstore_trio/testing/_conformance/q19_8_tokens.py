@@ -174,3 +174,38 @@ async def q19_8_bad_release_arguments_raise_without_effect(harness: EngineHarnes
         await _raises(InvalidArgument, "a repeated handle", queue.release_handles, [handle, handle])
         await _assert_state(queue, job_id, "processing", "after refused arguments")
         assert await handle.release() is True, "the handle was consumed by a bad call"
+
+
+@_check
+async def q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it(
+    harness: EngineHarness,
+) -> None:
+    """Q19.8 with Q19.2: releasing a kept job's claim makes the job pending again, not
+    completed (history stays empty); the released claim's acks, with results, single or
+    batch, are refused and store nothing; the next claim's ack keeps the row with that
+    claim's token and result, and the attempt the release gave back."""
+    async with harness.open_store() as store:
+        queue = store.queue("tokens-kept", QueueOpts(keep_completed_s=60))
+        job_id = await queue.enqueue(b"x")
+        handle = await _claim_id(queue, job_id)
+        assert await handle.release("deploy") is True, "release of a kept job refused"
+        job = await _assert_state(queue, job_id, "pending", "a released kept job")
+        assert (job.completed_at, job.result) == (None, None), f"released row {job!r}"
+        assert await queue.list_jobs("completed") == [], "a release wrote history"
+        stale = JobHandle(queue, handle.job)
+        assert await stale.ack(result=b"stale") is False, "the released claim's ack passed"
+        batch = await queue.ack_handles([JobHandle(queue, handle.job)], results=[b"stale"])
+        assert batch == [False], f"the released claim's ack_handles answered {batch}"
+        fused, claimed = await queue.ack_handles_and_claim(
+            [JobHandle(queue, handle.job)], "w", 1, results=[b"stale"]
+        )
+        assert fused == [False], f"the released claim's fused ack answered {fused}"
+        assert [h.id for h in claimed] == [job_id], "the fused claim missed the released job"
+        again = claimed[0]
+        assert again.job.claim_token != handle.job.claim_token, "the new claim reused a token"
+        assert await queue.list_jobs("completed") == [], "a refused ack wrote history"
+        assert await again.ack(result=b"fresh") is True, "the new claim's ack was refused"
+        kept = await _assert_state(queue, job_id, "completed", "the new claim's ack")
+        got = (kept.result, kept.claim_token, kept.attempts, kept.last_error)
+        want = (b"fresh", again.job.claim_token, 1, "deploy")
+        assert got == want, f"kept row {got!r}, expected {want!r}"

@@ -319,12 +319,13 @@ async def q4_ack_retry_fail_are_one_shot(harness: EngineHarness) -> None:
                 result = await operation(handle)
                 assert result is outcome, f"{name} returned {result!r}, expected {outcome}"
                 before = await queue.get_job(job_id)
-                for again, call in [
+                calls: list[tuple[str, Callable[..., object]]] = [
                     ("heartbeat", handle.heartbeat),
                     ("ack", handle.ack),
                     ("retry", handle.retry),
                     ("fail", handle.fail),
-                ]:
+                ]
+                for again, call in calls:
                     await _raises(HandleConsumed, f"{again} after {name} returned {outcome}", call)
                 after = await queue.get_job(job_id)
                 assert after == before, f"a HandleConsumed {name} changed the row"

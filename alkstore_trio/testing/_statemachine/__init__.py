@@ -82,6 +82,7 @@ DEFAULT_QUEUES: tuple[tuple[str, QueueOpts], ...] = (
             backoff_base_s=0,
             expires_in_s=20,
             dead_letter_retention_s=0,
+            keep_completed_s=0,  # Q19.2: kept, purgeable one instant after its ack
         ),
     ),
     (
@@ -92,6 +93,7 @@ DEFAULT_QUEUES: tuple[tuple[str, QueueOpts], ...] = (
             backoff_base_s=0.5,
             expires_in_s=45,
             dead_letter_retention_s=15,
+            keep_completed_s=30,
         ),
     ),
     (
@@ -102,6 +104,7 @@ DEFAULT_QUEUES: tuple[tuple[str, QueueOpts], ...] = (
             backoff_base_s=2,
             expires_in_s=12.5,
             dead_letter_retention_s=5,
+            keep_completed_s=8,  # Q19.2: alpha's rows are kept or not by their stamp
         ),
     ),
 )

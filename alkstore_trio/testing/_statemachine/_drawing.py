@@ -75,6 +75,8 @@ _BATCH_SIZES = st.sampled_from((None, 1, 2, 3, 0, -1))
 _CLAIM_SIZES = st.sampled_from((1, 2, 3, 0, -1))
 _ADVANCES = st.sampled_from((1.0, 0.5, 5.0, 11.0, 31.0, 100.0, 4000.0))
 _ERRORS = st.sampled_from((None, "boom", ""))
+#: Q19.1: a handler's result (None: none).
+_RESULTS = st.sampled_from((None, b"", b"r\x00"))
 _RETRY_DELAYS = st.sampled_from((None, 0.0, 3.0, 0.5))
 _EXTENDS = st.sampled_from((None, 1.0, 5.0, 40.0, 0.25))
 _SWEEP_RETENTION_CHOICES: tuple[float | Literal["own"] | None, ...] = ("own", None, *_RETENTIONS)
@@ -251,16 +253,21 @@ def _draw_batch_handle_step(
         return FailHandles(queue, items=tuple((label, draw(_ERRORS)) for label in chosen))
     if kind == "ack_handles_and_claim":
         return AckHandlesAndClaim(
-            queue, handles=tuple(chosen), worker=draw(_WORKER_IDS), n=draw(_CLAIM_SIZES)
+            queue,
+            handles=tuple(chosen),
+            worker=draw(_WORKER_IDS),
+            n=draw(_CLAIM_SIZES),
+            results=draw(st.none() | st.tuples(*[_RESULTS] * len(chosen))),
         )
-    return AckHandles(queue, handles=tuple(chosen))
+    results = draw(st.none() | st.tuples(*[_RESULTS] * len(chosen)))
+    return AckHandles(queue, handles=tuple(chosen), results=results)
 
 
 def _draw_handle_step(draw: st.DrawFn, kind: _StepKind, live: list[str]) -> _Step:
     """An operation of one live handle."""
     handle = draw(st.sampled_from(live))
     if kind == "ack":
-        return Ack(handle)
+        return Ack(handle, result=draw(_RESULTS))
     if kind == "retry":
         return Retry(handle, error=draw(_ERRORS), delay_s=draw(_RETRY_DELAYS))
     if kind == "fail":

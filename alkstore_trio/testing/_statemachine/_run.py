@@ -180,6 +180,11 @@ class _Run:
                 instants.extend(
                     (job.id, f"died_at+{r:g}s", died_at + timedelta(seconds=r)) for r in _RETENTIONS
                 )
+        for job in self.model.kept.rows.values():  # Q19.3: when a kept row may be purged
+            assert job.completed_at is not None
+            assert job.keep_completed_s is not None
+            purge_at = job.completed_at + timedelta(seconds=job.keep_completed_s)
+            instants.append((job.id, "purge_at", purge_at))
         out: dict[str, list[AdvanceTo]] = {}
         for job_id, what, instant in instants:
             for plus_us in (0, 1):
@@ -331,9 +336,9 @@ class _Run:
         slots = [self.slots[label] for label in step.handles]
         for slot in slots:
             slot.consumed = True
-        got_acked = await queue.ack_handles([slot.handle for slot in slots])
+        got_acked = await queue.ack_handles([slot.handle for slot in slots], step.results)
         claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
-        deleted = self.model.ack_claims(queue.name, claims, now=now)
+        deleted = self.model.ack_claims(queue.name, claims, now=now, results=step.results)
         want_acked = [job_id in deleted for job_id, _ in claims]
         _agree(f"{step}: results", got_acked, want_acked)
         return got_acked
@@ -445,7 +450,7 @@ class _Run:
             got = await self.store.get_job(job_id)
             _agree(f"{step}: store.get_job({job_id})", got, self.model.find_job(job_id))
             _check_shape(f"{step}: store.get_job({job_id})", got)
-        states: tuple[JobState, ...] = ("pending", "processing", "dead")
+        states: tuple[JobState, ...] = ("pending", "processing", "dead", "completed")
         for state in states:
             after: int | None = None
             while True:
@@ -484,11 +489,17 @@ class _Run:
         for slot in slots:
             slot.consumed = True
         got_acked, got = await queue.ack_handles_and_claim(
-            [slot.handle for slot in slots], step.worker, step.n
+            [slot.handle for slot in slots], step.worker, step.n, step.results
         )
         claims = [(slot.handle.job.id, _token(slot.handle.job)) for slot in slots]
         deleted, want = self.model.ack_claims_and_claim(
-            queue.name, claims, step.worker, step.n, now=now, tokens=_tokens(got)
+            queue.name,
+            claims,
+            step.worker,
+            step.n,
+            now=now,
+            results=step.results,
+            tokens=_tokens(got),
         )
         _agree(f"{step}: ack results", got_acked, [job_id in deleted for job_id, _ in claims])
         return [got_acked, *self._claimed(step, step.worker, got, want)]
@@ -525,8 +536,8 @@ class _Run:
         slot = self.slots[step.handle]
         job = slot.handle.job
         slot.consumed = True
-        got = await slot.handle.ack()
-        want = self.model.ack(job.queue, job.id, _token(job), now=now)
+        got = await slot.handle.ack(step.result)
+        want = self.model.ack(job.queue, job.id, _token(job), now=now, result=step.result)
         _agree(f"{step}: result", got, want)
         return got
 
@@ -650,7 +661,9 @@ class _Run:
                 got = await queue.get_job(job_id)
                 _agree(f"get_job({name!r}, {job_id})", got, self.model.get_job(name, job_id))
                 _check_shape(f"get_job({name!r}, {job_id})", got)
-                if got is not None and got.state != "dead" and got.unique_key is not None:
-                    if got.unique_key in keys:
-                        raise Disagreement(f"two live jobs of {name!r} hold {got.unique_key!r}")
-                    keys.add(got.unique_key)  # Q15.1: at most one live job per key
+                # Q15.1 counts live rows: a dead or a kept (completed) row holds no key.
+                key = None if got is None or got.state in ("dead", "completed") else got.unique_key
+                if key is not None:
+                    if key in keys:
+                        raise Disagreement(f"two live jobs of {name!r} hold {key!r}")
+                    keys.add(key)  # Q15.1: at most one live job per key

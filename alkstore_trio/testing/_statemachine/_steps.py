@@ -94,17 +94,20 @@ class Heartbeat(_Step):
 
 @dataclass(frozen=True, repr=False)
 class Ack(_Step):
-    """``handle.ack()``."""
+    """``handle.ack(result)`` (Q19.1: ``None`` for no result)."""
 
     handle: str
+    result: bytes | None = None
 
 
 @dataclass(frozen=True, repr=False)
 class AckHandles(_Step):
-    """``queue.ack_handles(handles)`` over distinct unconsumed handles of that queue."""
+    """``queue.ack_handles(handles, results)`` over distinct unconsumed handles of that
+    queue (Q19.1: ``results`` one per handle, or ``None``)."""
 
     queue: str
     handles: tuple[str, ...] = ()
+    results: tuple[bytes | None, ...] | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -116,6 +119,7 @@ class AckHandlesAndClaim(_Step):
     handles: tuple[str, ...] = ()
     worker: str = "w1"
     n: int = 1
+    results: tuple[bytes | None, ...] | None = None  # Q19.1
 
 
 @dataclass(frozen=True, repr=False)

@@ -41,8 +41,8 @@
 -- fragment: job_fields(state, died_at, payload = j.payload)
 -- D30: the Job fields, in the order _backend._job reads them: the columns of jobs up to
 -- last_error (with the row's state given by `state`), then nullif(headers, '{}'), then
--- `died_at`, then the unique key (Q15), the claim token (Q19.8) and the concurrency key
--- (Q18.8). The rows are `j`.
+-- `died_at`, then the unique key (Q15), the claim token (Q19.8), the concurrency key
+-- (Q18.8) and the stamp keep_completed_s (Q19.2). The rows are `j`.
 -- The nullif makes a job without
 -- headers (the usual case) a NULL, which the client turns into no headers without
 -- parsing any JSON. `payload` is the payload column's expression (the reads of one job
@@ -51,7 +51,7 @@ j.id, j.queue, {payload}, j.priority, {state} AS state, j.attempts, j.max_attemp
 j.run_at, j.enqueued_at, j.visibility_timeout_s, j.backoff_base_s, j.expires_at,
 j.claimed_by, j.claimed_at, j.claim_expires_at, j.last_error,
 nullif(j.headers, '{}'::jsonb) AS headers, {died_at} AS died_at, j.unique_key,
-j.claim_token, j.concurrency_key
+j.claim_token, j.concurrency_key, j.keep_completed_s
 
 -- fragment: new_jobs(payload, key = NULL::text, group = %(concurrency_key)s::text)
 -- Q2: the insert of new pending jobs, resolved at the clock read t.now, one per row of
@@ -62,7 +62,8 @@ j.claim_token, j.concurrency_key
 -- max(delay_s, 0)).
 INSERT INTO @schema@.jobs (
     queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, expires_at, headers, unique_key, concurrency_key
+    visibility_timeout_s, backoff_base_s, expires_at, headers, unique_key, concurrency_key,
+    keep_completed_s
 )
 SELECT
     %(queue)s::text, {payload}, %(priority)s::integer, 'pending', 0,
@@ -74,7 +75,7 @@ SELECT
     END,
     t.now, %(visibility_timeout_s)s::float8, %(backoff_base_s)s::float8,
     t.now + %(expires_in_s)s::float8 * interval '1 second', %(headers)s::jsonb, {key},
-    {group}
+    {group}, %(keep_completed_s)s::float8
 
 -- fragment: dead_letter(moved, last_error)
 -- Q4/D1: the dead-letter insert: one dead row per row of the CTE `moved` (a DELETE of
@@ -84,14 +85,38 @@ SELECT
 INSERT INTO @schema@.dead_jobs (
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-    claim_expires_at, last_error, died_at, headers, unique_key, concurrency_key, claim_token
+    claim_expires_at, last_error, died_at, headers, unique_key, concurrency_key, claim_token,
+    keep_completed_s
 )
 SELECT
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
     claim_expires_at, {last_error}, @schema@.alk_now(), headers, unique_key, concurrency_key,
-    claim_token
+    claim_token, keep_completed_s
 FROM {moved}
+RETURNING id
+
+-- fragment: keep_rows(moved, result = NULL::bytea)
+-- Q19.2: the history insert of an ack: one completed row per row of the CTE `moved` (a
+-- DELETE of jobs rows RETURNING them, as dead_letter's) whose stamp keeps it; the other
+-- rows are simply gone. completed_at is now, purge_at now + keep_completed_s; `result`
+-- is the handler's result (Q19.1), an expression over moved's columns. The ids kept.
+INSERT INTO @schema@.completed_jobs (
+    id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, headers, unique_key, concurrency_key, claim_token,
+    keep_completed_s, completed_at, purge_at, result
+)
+SELECT
+    id, queue, payload, priority, 'completed', attempts, max_attempts, run_at, enqueued_at,
+    visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
+    claim_expires_at, last_error, headers, unique_key, concurrency_key, claim_token,
+    keep_completed_s,
+    @schema@.alk_now(),
+    @schema@.alk_now() + keep_completed_s * interval '1 second',
+    {result}
+FROM {moved}
+WHERE keep_completed_s IS NOT NULL
 RETURNING id
 
 -- fragment: count_moves(moves, acked = 0, dead_lettered = 0, cancelled = 0)
@@ -202,12 +227,27 @@ RETURNING
 
 -- fragment: ack_claims_delete
 -- R2: delete each listed (id, claim token) pair of this queue whose claim is valid
--- (Q4's V); the ids deleted. The pairs drive primary-key lookups.
+-- (Q4's V) and whose row is not kept (Q19.2: keep_completed_s IS NULL; a kept row is
+-- finished by complete_claims, which moves it); the ids deleted. The pairs drive
+-- primary-key lookups.
 DELETE FROM @schema@.jobs
 WHERE queue = %(queue)s::text
     AND (id, claim_token) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]))
     AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+    AND keep_completed_s IS NULL
 RETURNING id
+
+-- fragment: complete_delete
+-- Q19.1/Q19.2: delete each listed (id, claim token) pair of this queue whose claim is
+-- valid (Q4's V), kept or not, RETURNING the whole rows with the result given for each
+-- (the results array runs parallel to ids and tokens; NULL for none), for keep_rows.
+DELETE FROM @schema@.jobs AS j
+USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)b::bytea[])
+    AS c (id, token, result)
+WHERE j.id = c.id AND j.queue = %(queue)s::text
+    AND (j.state = 'processing' AND j.claim_token = c.token
+        AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
+RETURNING j.*, c.result AS handler_result
 
 -- fragment: redrive
 -- D24: the rest of a redrive, after the CTE `candidates` (the dead rows to move, locked
@@ -224,13 +264,14 @@ revived AS (
     INSERT INTO @schema@.jobs (
         id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
         visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
-        claim_expires_at, last_error, headers, unique_key, concurrency_key
+        claim_expires_at, last_error, headers, unique_key, concurrency_key, keep_completed_s
     )
     OVERRIDING SYSTEM VALUE
     SELECT
         m.id, m.queue, m.payload, m.priority, 'pending', 0, m.max_attempts, t.now, t.now,
         m.visibility_timeout_s, m.backoff_base_s, t.now + (m.expires_at - m.enqueued_at),
-        NULL, NULL, NULL, m.last_error, m.headers, m.unique_key, m.concurrency_key
+        NULL, NULL, NULL, m.last_error, m.headers, m.unique_key, m.concurrency_key,
+        m.keep_completed_s
     FROM candidates AS m, (SELECT @schema@.alk_now() AS now) AS t
     ORDER BY m.id
     ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -362,7 +403,7 @@ SELECT * FROM claimed
 UNION ALL
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: heartbeat
@@ -389,12 +430,14 @@ WHERE j.id = c.id AND j.queue = %(queue)s::text
 RETURNING j.id;
 
 -- name: ack
--- Q4: delete a validly claimed row; count it as acked (D27).
+-- Q4: delete a validly claimed row that is not kept (Q19.2: see ack_claims_delete);
+-- count it as acked (D27).
 WITH acked AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
         AND (state = 'processing' AND claim_token = %(token)s::bigint
             AND claim_expires_at >= @schema@.alk_now()) IS TRUE
+        AND keep_completed_s IS NULL
     RETURNING id
 ),
 counted AS (
@@ -457,13 +500,16 @@ counted AS (
 SELECT id FROM dead;
 
 -- name: ack_batch
--- Q6: delete each listed, ackable row of this queue (no token); count them, as acked
--- (D27).
+-- Q6: finish each listed, ackable row of this queue (no token): deleted, or moved to
+-- history when kept (Q19.2); count them, as acked (D27).
 WITH deleted AS (
     DELETE FROM @schema@.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
         AND (state = 'processing' AND claim_expires_at >= @schema@.alk_now()) IS TRUE
-    RETURNING 1
+    RETURNING *
+),
+kept AS (
+    {keep_rows(moved = deleted)}
 ),
 counted AS (
     {count_moves(
@@ -517,11 +563,11 @@ claimed AS (
 )
 SELECT
     acked.id,
-    -- A NULL per job field (21): the result has the job fields' shape, not the table's,
+    -- A NULL per job field (22): the result has the job fields' shape, not the table's,
     -- so a column a later migration adds to jobs changes no running statement's result
     -- (a prepared statement's result type must not change).
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM acked
 UNION ALL
 SELECT NULL, claimed.* FROM claimed
@@ -529,7 +575,63 @@ UNION ALL
 -- Q18.7: a limited queue's claim is one row of NULLs (see claim_gate).
 SELECT
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM gate AS g WHERE g.limited;
+
+-- name: complete_claims
+-- Q19.1/Q19.2: ack each listed (id, claim token, result) item whose claim is valid, in
+-- one statement: a kept row (keep_completed_s not NULL) moves to completed_jobs with its
+-- result, an unkept one is deleted and its result discarded; counted as acked (D27);
+-- the ids finished. The store sends it only when some claim of the batch is kept or has
+-- a result: a queue without history runs ack_claims.
+WITH done AS (
+    {complete_delete}
+),
+kept AS (
+    {keep_rows(moved = done, result = handler_result)}
+),
+counted AS (
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM done) AS m WHERE m.n > 0, acked = m.n
+    )}
+)
+SELECT id FROM done;
+
+-- name: complete_claims_and_claim
+-- Q19.1 (D21): complete_claims, then claim, in one statement, as ack_claims_and_claim
+-- is made of ack_claims and claim (the same reasoning holds: an acked row is never
+-- claimable at the same alk_now()). Rows as ack_claims_and_claim's.
+WITH done AS (
+    {complete_delete}
+),
+kept AS (
+    {keep_rows(moved = done, result = handler_result)}
+),
+{claim_gate},
+{claim_candidates},
+counted AS (
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM done) AS a
+            CROSS JOIN (SELECT count(*) AS n FROM swept) AS d
+            WHERE a.n + d.n > 0,
+        acked = a.n,
+        dead_lettered = d.n
+    )}
+),
+claimed AS (
+    {claim_update}
+)
+SELECT
+    done.id,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM done
+UNION ALL
+SELECT NULL, claimed.* FROM claimed
+UNION ALL
+SELECT
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM gate AS g WHERE g.limited;
 
 -- name: retry_claims
@@ -664,28 +766,58 @@ SELECT id FROM cancelled;
 -- client in one result (hex text, then bytes), about 1x in slices.
 CASE WHEN pg_catalog.octet_length(j.payload) <= %(inline_max)s::integer THEN j.payload END
 
+-- fragment: inline_result
+-- Q19.1: a kept row's result as inline_payload sends the payload (the larger ones in
+-- slices: result_slice).
+CASE WHEN pg_catalog.octet_length(j.result) <= %(inline_max)s::integer THEN j.result END
+
+-- fragment: read_tail(completed_at = NULL::timestamptz, result = NULL::bytea, result_size = NULL::integer)
+-- Q8/Q19.2: the columns a read of one job adds after job_fields: completed_at, the
+-- result (inline or NULL, as inline_payload) and its size, then the payload's size.
+{completed_at}, {result}, {result_size}, pg_catalog.octet_length(j.payload)
+
 -- name: get_job
--- Q8: this queue's row, live or dead (a large payload apart: inline_payload).
+-- Q8: this queue's row, live, dead or kept (Q19.2) (a large payload or result apart:
+-- inline_payload). Primary-key lookups.
 SELECT
     {job_fields(state = j.state, died_at = NULL::timestamptz, payload = {inline_payload})},
-    pg_catalog.octet_length(j.payload)
+    {read_tail}
 FROM @schema@.jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text
 UNION ALL
 SELECT
     {job_fields(state = 'dead', died_at = j.died_at, payload = {inline_payload})},
-    pg_catalog.octet_length(j.payload)
-FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
+    {read_tail}
+FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text
+UNION ALL
+SELECT
+    {job_fields(state = j.state, died_at = NULL::timestamptz, payload = {inline_payload})},
+    {read_tail(
+        completed_at = j.completed_at,
+        result = {inline_result},
+        result_size = pg_catalog.octet_length(j.result)
+    )}
+FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint AND queue = %(queue)s::text;
 
 -- name: payload_slice
--- Q8: `len` bytes of a job's payload from byte `start` (1-based), live or dead. A job's
--- payload never changes while its id exists (a redrive moves it whole), so slices read
--- by separate statements make up the payload the first read saw; no row: the job left.
+-- Q8: `len` bytes of a job's payload from byte `start` (1-based), live, dead or kept. A
+-- job's payload never changes while its id exists (a redrive or an ack moves it whole),
+-- so slices read by separate statements make up the payload the first read saw; no
+-- row: the job left.
 SELECT pg_catalog.substring(j.payload, %(start)s::integer, %(len)s::integer)
 FROM @schema@.jobs AS j WHERE id = %(id)s::bigint
 UNION ALL
 SELECT pg_catalog.substring(j.payload, %(start)s::integer, %(len)s::integer)
 FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint
+UNION ALL
+SELECT pg_catalog.substring(j.payload, %(start)s::integer, %(len)s::integer)
+FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint
 LIMIT 1;
+
+-- name: result_slice
+-- Q19.1: `len` bytes of a kept job's result from byte `start` (1-based), as
+-- payload_slice: a kept row never changes; no row: it was purged.
+SELECT pg_catalog.substring(j.result, %(start)s::integer, %(len)s::integer)
+FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint;
 
 -- name: sweep_expired
 -- Q9: expired live rows to dead ('expired'; counted: D27), then purge dead rows past
@@ -843,17 +975,26 @@ SELECT d.s, w.token_s, w.lease_s, w.key_s FROM delayed AS d LEFT JOIN waits AS w
 SELECT version FROM @schema@.alk_schema_version;
 
 -- name: find_job
--- D26: the row with this id, live or dead, of any queue (primary-key lookups; a large
--- payload apart, as in get_job).
+-- D26: the row with this id, live, dead or kept, of any queue (primary-key lookups; a
+-- large payload or result apart, as in get_job).
 SELECT
     {job_fields(state = j.state, died_at = NULL::timestamptz, payload = {inline_payload})},
-    pg_catalog.octet_length(j.payload)
+    {read_tail}
 FROM @schema@.jobs AS j WHERE id = %(id)s::bigint
 UNION ALL
 SELECT
     {job_fields(state = 'dead', died_at = j.died_at, payload = {inline_payload})},
-    pg_catalog.octet_length(j.payload)
-FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint;
+    {read_tail}
+FROM @schema@.dead_jobs AS j WHERE id = %(id)s::bigint
+UNION ALL
+SELECT
+    {job_fields(state = j.state, died_at = NULL::timestamptz, payload = {inline_payload})},
+    {read_tail(
+        completed_at = j.completed_at,
+        result = {inline_result},
+        result_size = pg_catalog.octet_length(j.result)
+    )}
+FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint;
 
 -- name: list_live
 -- D26: a page of this queue's live rows in one state, by id (a primary-key walk that
@@ -873,6 +1014,37 @@ FROM @schema@.dead_jobs AS j
 WHERE queue = %(queue)s::text AND id > %(after_id)s::bigint
 ORDER BY id
 LIMIT %(limit)s::bigint;
+
+-- name: list_completed
+-- D26/Q19.2: a page of this queue's kept rows, by id (the list index), with
+-- completed_at and the result.
+SELECT
+    {job_fields(state = j.state, died_at = NULL::timestamptz)},
+    j.completed_at, j.result
+FROM @schema@.completed_jobs AS j
+WHERE queue = %(queue)s::text AND state = 'completed' AND id > %(after_id)s::bigint
+ORDER BY id
+LIMIT %(limit)s::bigint;
+
+-- name: purge_completed
+-- Q19.3: delete up to `batch` of this queue's kept rows past purge_at, oldest first
+-- (the purge index); the count. The engine repeats it, each in a transaction of its
+-- own, while a batch comes back full (and for a bounded time). SKIP LOCKED: two
+-- sweepers of one queue share the rows instead of waiting for each other.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM @schema@.completed_jobs
+    WHERE queue = %(queue)s::text AND purge_at < @schema@.alk_now()
+    ORDER BY purge_at
+    LIMIT %(batch)s::bigint
+    FOR UPDATE SKIP LOCKED
+),
+purged AS (
+    -- By primary key (a join with the CTE would hash the whole table).
+    DELETE FROM @schema@.completed_jobs AS c
+    WHERE c.id = ANY(ARRAY(SELECT d.id FROM doomed AS d))
+    RETURNING 1
+)
+SELECT count(*) FROM purged;
 
 -- name: stats
 -- D22: per queue, at one clock read: ready and delayed pending rows and the oldest ready

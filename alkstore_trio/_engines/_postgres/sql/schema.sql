@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 10). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 11). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -51,6 +51,8 @@ CREATE TABLE @schema@.jobs (
     concurrency_key text,
     -- The claim's token (Q19.8), drawn by the claiming client; NULL while pending.
     claim_token bigint,
+    -- Q19.2: the stamp keep_completed_s, NULL to delete the row at its ack.
+    keep_completed_s double precision,
     -- Version 8 workers claim without a token: refused by this name (migrate.md).
     CONSTRAINT jobs_claim_needs_v9_workers
         CHECK (state <> 'processing' OR claim_token IS NOT NULL)
@@ -97,11 +99,47 @@ CREATE TABLE @schema@.dead_jobs (
     headers jsonb NOT NULL DEFAULT '{}',
     unique_key text,
     concurrency_key text,
-    claim_token bigint
+    claim_token bigint,
+    keep_completed_s double precision
 );
 
 -- Retention purges the oldest dead rows of one queue.
 CREATE INDEX dead_jobs_retention_idx ON @schema@.dead_jobs (queue, died_at);
+
+-- Q19.2: the kept rows of acked jobs (history), moved here by their ack: the columns of
+-- jobs, the state 'completed', when it was acked, when a sweep may purge it
+-- (completed_at + keep_completed_s) and the handler's result (Q19.1). Nothing on the
+-- claim path reads this table.
+CREATE TABLE @schema@.completed_jobs (
+    id bigint PRIMARY KEY,
+    queue text NOT NULL,
+    payload bytea NOT NULL,
+    priority integer NOT NULL,
+    state text NOT NULL CHECK (state IN ('completed')),
+    attempts integer NOT NULL,
+    max_attempts integer NOT NULL,
+    run_at timestamptz NOT NULL,
+    enqueued_at timestamptz NOT NULL,
+    visibility_timeout_s double precision NOT NULL,
+    backoff_base_s double precision NOT NULL,
+    expires_at timestamptz,
+    claimed_by text,
+    claimed_at timestamptz,
+    claim_expires_at timestamptz,
+    last_error text,
+    headers jsonb NOT NULL DEFAULT '{}',
+    unique_key text,
+    concurrency_key text,
+    claim_token bigint,
+    keep_completed_s double precision NOT NULL,
+    completed_at timestamptz NOT NULL,
+    purge_at timestamptz NOT NULL,
+    result bytea
+);
+-- Q19.3: sweeps purge one queue's oldest kept rows in batches.
+CREATE INDEX completed_jobs_purge_idx ON @schema@.completed_jobs (queue, purge_at);
+-- D26: the operator's listing pages by id.
+CREATE INDEX completed_jobs_list_idx ON @schema@.completed_jobs (queue, state, id);
 
 -- Per queue, how many jobs were acked, dead-lettered and cancelled since this table was
 -- created. The statements that move jobs out of the live table add to it in the same
@@ -465,4 +503,4 @@ COMMENT ON FUNCTION @schema@.enqueue(
     double precision, double precision, jsonb, text, double precision, text
 ) IS 'alkstore_trio Q20.4: enqueue one job in the caller''s transaction; see docs/reference/sql-schema.md';
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (10);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (11);
