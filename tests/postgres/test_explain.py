@@ -82,7 +82,7 @@ SELECT
     CASE WHEN r.state = 'processing' AND r.r3 < 0.2 THEN r.now - r.r3 * interval '1 hour'
          WHEN r.state = 'processing' THEN r.now + r.r3 * interval '5 minutes' END,
     CASE WHEN r.state = 'pending' AND r.r3 >= 0.8 THEN 'connection reset' END,
-    CASE WHEN r.state = 'processing' THEN r.g * 7919 END
+    CASE WHEN r.state = 'processing' THEN r.g::bigint * 7919 END
 FROM (
     SELECT g, random() AS r1, random() AS r3, random() AS r4, random() AS r5,
         CASE WHEN random() < 0.95 THEN 'pending' ELSE 'processing' END AS state,

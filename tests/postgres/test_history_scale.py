@@ -35,11 +35,11 @@ _LOAD_KEPT = """
 INSERT INTO {schema}.completed_jobs (
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, claimed_by, claimed_at, claim_expires_at,
-    keep_completed_s, completed_at, purge_at, result
+    claim_token, keep_completed_s, completed_at, purge_at, result
 )
 SELECT 10000000 + g, %(queue)s, convert_to('{{"order": ' || g || '}}', 'UTF8'), 0,
     'completed', 1, 3, now() - interval '2 hours', now() - interval '2 hours', 300, 5,
-    'worker-1', now() - interval '1 hour', now(), 86400, now() - g * interval '10 ms',
+    'worker-1', now() - interval '1 hour', now(), g, 86400, now() - g * interval '10 ms',
     now() - g * interval '10 ms' + interval '1 day', convert_to('{{"ok": true}}', 'UTF8')
 FROM generate_series(1, %(rows)s) AS g
 """
@@ -48,7 +48,7 @@ FROM generate_series(1, %(rows)s) AS g
 def _claim_ms(conn: psycopg.Connection[Any], query: str) -> float:
     """The median server execution time of ``claim(n=10)``, each run rolled back."""
     times = []
-    params = {"queue": QUEUE, "worker_id": "bench", "n": 10}
+    params = {"queue": QUEUE, "worker_id": "bench", "n": 10, "token_base": 12345}
     for _ in range(RUNS):
         with conn.transaction(force_rollback=True):
             (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()
