@@ -9,14 +9,15 @@ always raise (a *poison* job: dead-lettered when its attempts run out), some rai
 :class:`Fail` at once (a *malformed* job). Two jobs are there to show the runtime's
 safety nets: a *slow* job whose first attempt runs past ``job_timeout_s`` (the worker
 cancels the handler and retries the job), and a *stuck* job whose handler hangs until
-the demo, acting as an operator, cancels it with ``queue.cancel()``; the worker's next
-heartbeat is refused, so it knows its lease is lost and cancels the handler.
+the demo, acting as an operator, cancels it with ``queue.cancel()``; the cancel's
+announcement reaches the worker at once, which cancels the handler and records the job
+cancelled (R15).
 
 The display follows :meth:`Worker.events`: each retry, dead-letter, timeout, cancel,
-lease loss or release is one line, printed above a progress bar redrawn in place (when
-the output is a terminal; otherwise a plain ``progress:`` line every half second). It
-uses nothing but ANSI escapes: no colours when ``NO_COLOR`` is set (no-color.org), and
-plain lines when ``TERM=dumb`` or the output is not a terminal.
+stopped handler, lease loss or release is one line, printed above a progress bar redrawn
+in place (when the output is a terminal; otherwise a plain ``progress:`` line every half
+second). It uses nothing but ANSI escapes: no colours when ``NO_COLOR`` is set (no-
+color.org), and plain lines when ``TERM=dumb`` or the output is not a terminal.
 
 Why the engine runs on trio's clock. The store is opened with a clock that reads
 :func:`trio.current_time` (offset to the wall clock at the start), so the enqueue delays,
@@ -28,8 +29,8 @@ Which job does what is drawn from ``random.Random(seed)``, and every outcome dep
 on the job's kind and attempt, so every count in the summary is the same for the same
 ``jobs`` and ``seed`` whatever the concurrency (only the wall time and the throughput
 vary). The two timed outcomes have wide margins: the slow job's 10 s of work against a
-1 s ``job_timeout_s``, and the stuck job cancelled at 0.25 s and found lost at 0.5 s,
-long before its own timeout.
+1 s ``job_timeout_s``, and the stuck job cancelled at its first heartbeat (0.25 s) and
+stopped at once, long before its own timeout.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ _STYLES: Final = {
     "dead": "31",
     "timeout": "35",
     "cancel": "36",
+    "stopped": "36",
     "lease lost": "36",
     "release": "34",
     "error": "1;31",
@@ -127,8 +129,9 @@ class DemoSummary:
         jobs: Jobs enqueued.
         seed: The seed the job mix was drawn from.
         concurrency: The most handlers the worker ran at once (``--workers``).
-        claims: Jobs claimed (each claim ends in exactly one ack, retry, dead-letter or
-            lost lease, so ``claims == acked + retried + len(dead) + lease_lost``).
+        claims: Jobs claimed (each claim ends in exactly one ack, retry, dead-letter,
+            cancel or lost lease, so ``claims == acked + retried + len(dead) +
+            len(cancelled) + lease_lost``).
         acked: Jobs finished successfully.
         retried: Claims that ended in a retry back to pending (timeouts included).
         timed_out: Handlers cancelled by ``job_timeout_s`` (each then retried).
@@ -403,9 +406,12 @@ class _Run:
         elif kind == "dead":
             text = f"{_attempt(job)} dead-lettered: {event.error}"
             self.display.line("dead", text, self.progress())
+        elif kind == "cancelled":  # R15: the handler stopped; the job is recorded cancelled
+            self.cancel_seen.add(job.id)
+            after = "" if event.latency_s is None else f" {event.latency_s:.2f} s"
+            text = f"{_attempt(job)}: handler stopped{after} after the cancel; job cancelled"
+            self.display.line("stopped", text, self.progress())
         elif kind == "lease_lost":
-            if job.id in self.cancelled:
-                self.cancel_seen.add(job.id)
             self.display.line("lease lost", f"{_attempt(job)}: {event.message}", self.progress())
         elif kind == "release":
             text = f"{_attempt(job)} released: {event.error}"
@@ -415,8 +421,7 @@ class _Run:
 
     async def _cancel_stuck(self, job: Job) -> None:
         """The operator's move: the stuck job, still running at its first heartbeat, is
-        deleted from the queue (Q7: not an interrupt); the worker finds out when its next
-        heartbeat is refused."""
+        cancelled (Q19.5); the worker stops its handler at once (R15)."""
         assert job.claimed_at is not None
         running_s = (self.clock.now() - job.claimed_at).total_seconds()
         if not await self.queue.cancel(job.id):

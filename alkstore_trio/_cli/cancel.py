@@ -1,4 +1,4 @@
-"""``alkstore-trio cancel``: delete one live job by id."""
+"""``alkstore-trio cancel``: cancel one live job by id (Q19.5)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ def add_parser(
         "cancel",
         run,
         title="cancel",
-        help="delete a pending or processing job",
+        help="cancel a pending or running job",
         description=(
-            "Delete the live job with this id. A worker running it is not "
-            "interrupted: its ack, retry or fail is refused. Exit status 1 when there is "
-            "no live job with this id (dead jobs are purged with 'dead purge')."
+            "Cancel the live job with this id. A pending job is recorded cancelled at "
+            "once; a worker running it is interrupted, and the job is recorded cancelled "
+            "once its handler stopped. Exit status 1 when there is no live job with this "
+            "id (dead jobs are purged with 'dead purge')."
         ),
         examples=["alkstore-trio cancel 42"],
     )
@@ -46,5 +47,11 @@ async def run(args: argparse.Namespace) -> int:
         )
         raise CommandFailed(f"job {args.job_id} was not cancelled: {why}")
     assert job is not None
-    say(f"cancelled job {args.job_id} ({job.state} in queue {job.queue!r})")
+    if job.state == "pending":
+        say(f"cancelled job {args.job_id} (pending in queue {job.queue!r})")
+    else:  # Q19.5: its worker is told; the job is recorded cancelled once it stopped
+        say(
+            f"cancelling job {args.job_id} ({job.state} in queue {job.queue!r}): its worker "
+            "is interrupted; the job is recorded cancelled once its handler stopped"
+        )
     return EXIT_OK

@@ -98,10 +98,10 @@ def add_parser(
     listing.add_argument(
         "--state",
         required=True,
-        choices=("pending", "processing", "dead", "completed"),
+        choices=("pending", "processing", "cancelling", "dead", "completed", "cancelled"),
         help=(
-            "which jobs: pending, processing, dead or completed (kept after their ack "
-            "by keep_completed_s) (required)"
+            "which jobs: pending, processing, cancelling, dead, or completed or cancelled "
+            "(kept after they finished by keep_completed_s) (required)"
         ),
     )
     add_list_options(listing)
@@ -236,9 +236,10 @@ async def show_job(args: argparse.Namespace) -> int:
 
 
 def _result_lines(job: Job) -> list[tuple[str, str]]:
-    """Q19.1/Q19.2: ``jobs show``'s lines for a completed job: when, and its result's
-    size and a bounded preview (as the payload's); none for a job not completed."""
-    if job.state != "completed":
+    """Q19.1/Q19.2: ``jobs show``'s lines for a kept job (completed, or Q19.5's cancelled):
+    when, and its result's size and a bounded preview (as the payload's); none for a job
+    not kept."""
+    if job.state not in ("completed", "cancelled"):
         return []
     lines = [("completed_at", iso(job.completed_at))]
     if job.result is None:
@@ -293,7 +294,7 @@ def print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
         return
     if not jobs:
         return
-    if jobs[0].state == "completed":  # Q19.2
+    if jobs[0].state in ("completed", "cancelled"):  # Q19.2, Q19.5
         header = ["ID", "QUEUE", "ATTEMPTS", "COMPLETED AT", "RESULT"]
         rows = [
             [

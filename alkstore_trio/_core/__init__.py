@@ -50,6 +50,7 @@ from ._transitions import is_expired as is_expired
 from ._transitions import is_purgeable as is_purgeable
 from ._transitions import is_reclaimable as is_reclaimable
 from ._transitions import is_valid_claim as is_valid_claim
+from ._transitions import kept_cancelled as kept_cancelled
 from ._transitions import needs_pre_claim_sweep as needs_pre_claim_sweep
 from ._transitions import released as released
 from ._transitions import requeued as requeued

@@ -15,9 +15,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from datetime import datetime
 
-#: Q8: a row's state. ``"completed"`` (Q19.2) is a kept row after its ack: only jobs
-#: whose stamp ``keep_completed_s`` is not ``None`` have one.
-JobState: TypeAlias = Literal["pending", "processing", "dead", "completed"]
+#: Q8: a row's state. ``"cancelling"`` (Q19.5) is a live row cancelled while processing.
+#: ``"completed"`` (Q19.2) is a kept row after its ack, ``"cancelled"`` (Q19.5) a kept row
+#: after its cancel: only jobs whose stamp ``keep_completed_s`` is not ``None`` have one.
+JobState: TypeAlias = Literal[
+    "pending", "processing", "cancelling", "dead", "completed", "cancelled"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +170,8 @@ class Job:
     #: Q19.2: the stamp ``keep_completed_s``: seconds the job stays readable after its
     #: ack (``None``: deleted at its ack).
     keep_completed_s: float | None = None
-    #: Q19.2: when a kept job was acked (``None`` unless ``state == "completed"``).
+    #: Q19.2: when a kept job was acked, or (Q19.5) recorded cancelled (``None`` unless
+    #: ``state`` is ``"completed"`` or ``"cancelled"``).
     completed_at: datetime | None = None
     #: Q19.1: the handler's result stored with the ack of a kept job (``None`` for none),
     #: left out of ``repr`` like the payload.
@@ -180,13 +184,16 @@ class SweepResult(NamedTuple):
     Attributes:
         expired: Live rows moved to dead because they expired.
         purged: Dead rows deleted because their retention ran out.
-        purged_completed: Q19.3: kept rows (``"completed"``) deleted because their
+        purged_completed: Q19.3: kept rows (``"completed"``, ``"cancelled"``) deleted because their
             ``completed_at + keep_completed_s`` passed.
+        cancelled: Q19.5: cancelling rows finalized as cancelled because their lease
+            lapsed (the holder never settled them).
     """
 
     expired: int
     purged: int
     purged_completed: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +217,8 @@ class QueueStats:
         dead_lettered_total: Dead-letter moves of the queue so far (D27): ``fail``,
             ``retry`` at budget, the pre-claim sweep and the expiry sweep. A job
             redriven (D24) and dead again counts twice.
-        cancelled_total: Live jobs of the queue cancelled so far (D27).
+        cancelled_total: Live jobs of the queue cancelled so far (D27): finalized as
+            cancelled (Q19.5), not when a processing one became cancelling.
         paused: Q18: the queue is paused (:meth:`Queue.pause`): no claim hands out its
             jobs until :meth:`Queue.resume`.
         limits: Q18.10: the queue's limits (:meth:`Queue.set_limits`), or ``None`` when
@@ -218,6 +226,9 @@ class QueueStats:
         throttled: Q18.10: how many claims of the queue each limit throttled so far
             (on PostgreSQL since its first limit was set, in memory since the store
             opened).
+        cancelling: Q19.5: rows being cancelled: cancel was called while they were
+            processing, and their holder has not stopped (or its lease not lapsed) yet.
+            Live, but neither pending nor processing.
 
     The three ``*_total`` counters only grow: on PostgreSQL since the schema got its
     counters (migration 2), in memory since the store opened. Two readings give rates
@@ -240,11 +251,13 @@ class QueueStats:
     paused: bool = False
     limits: QueueLimits | None = None
     throttled: Throttled = NOT_THROTTLED
+    # Q19.5: two-phase cancel.
+    cancelling: int = 0
 
     @property
     def live(self) -> int:
-        """Pending plus processing rows."""
-        return self.pending_ready + self.pending_delayed + self.processing
+        """Pending, processing and cancelling rows."""
+        return self.pending_ready + self.pending_delayed + self.processing + self.cancelling
 
     @property
     def finished_total(self) -> int:

@@ -260,11 +260,53 @@ def is_purgeable(job: Job, now: datetime, retention_s: float | None) -> bool:
     return retention_s is not None and is_dead_older_than(job, now, retention_s)
 
 
+# --- Q19.5: two-phase cancel -----------------------------------------------------------
+
+
+def cancel_step(job: Job, now: datetime) -> str:
+    """Q19.5: what ``cancel`` does to a live row at ``now``: ``"finalize"`` (a pending
+    row, or a processing or cancelling one whose lease lapsed: nobody holds it, so it is
+    recorded cancelled at once) or ``"mark"`` (a processing or cancelling row under a
+    live lease: it becomes cancelling, and its holder is told)."""
+    if job.state == "pending" or is_cancel_lapsed(job, now):
+        return "finalize"
+    return "mark"
+
+
+def is_cancel_lapsed(job: Job, now: datetime) -> bool:
+    """Q19.5: a processing or cancelling row whose lease lapsed (``now >
+    claim_expires_at``): a cancel, or the sweep for a cancelling row, finalizes it."""
+    return (
+        job.state in ("processing", "cancelling")
+        and job.claim_expires_at is not None
+        and now > job.claim_expires_at
+    )
+
+
+def cancelling(job: Job) -> Job:
+    """Q19.5: a processing row after ``cancel``: live, out of every claim path, its claim
+    fields kept so its holder can settle it (and the sweep can see its lease lapse)."""
+    return replace(job, state="cancelling")
+
+
+def is_settleable(job: Job, token: int) -> bool:
+    """Q19.5: ``settle_cancelled``'s predicate: the row is cancelling and was claimed
+    with this token (no lease check: the holder may settle late)."""
+    return job.state == "cancelling" and job.claim_token == token
+
+
 def completed(job: Job, now: datetime, result: bytes | None) -> Job:
     """Q19.2: a kept job after its ack, as history keeps it: every field as the claim
     left it (claim fields included, as for dead rows), ``completed_at = now`` and the
     handler's ``result`` (Q19.1)."""
     return replace(job, state="completed", completed_at=now, result=result)
+
+
+def kept_cancelled(job: Job, now: datetime) -> Job:
+    """Q19.5 with Q19.2: a kept job recorded cancelled, as history keeps it: every field as
+    it was (a cancelling row's claim fields included), ``completed_at = now`` (when it
+    was recorded cancelled) and no result."""
+    return replace(job, state="cancelled", completed_at=now, result=None)
 
 
 def purge_at(job: Job) -> datetime:
@@ -275,6 +317,6 @@ def purge_at(job: Job) -> datetime:
 
 
 def is_completed_purgeable(job: Job, now: datetime) -> bool:
-    """Q19.3: a kept row whose time ran out (``completed_at + keep_completed_s < now``,
-    strictly, as Q9's retention)."""
-    return job.state == "completed" and purge_at(job) < now
+    """Q19.3: a kept row (completed, or cancelled: Q19.5) whose time ran out
+    (``completed_at + keep_completed_s < now``, strictly, as Q9's retention)."""
+    return job.state in ("completed", "cancelled") and purge_at(job) < now

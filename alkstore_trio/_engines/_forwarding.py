@@ -111,6 +111,13 @@ class ForwardingEngine:
     async def ack_batch(self, queue: str, job_ids: Sequence[int]) -> int:
         return await self.inner.ack_batch(queue, job_ids)
 
+    # Q19.5
+    async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        return await self.inner.settle_cancelled(queue, claims)
+
+    async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        return await self.inner.cancelling_among(queue, job_ids)
+
     # Q16 / R11
     async def next_due_in_s(self, queue: str) -> float | None:
         return await self.inner.next_due_in_s(queue)

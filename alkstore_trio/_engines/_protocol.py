@@ -173,6 +173,18 @@ class WorkPath(Protocol):
         row moves to history, Q19.2); how many."""
         ...
 
+    # Q19.5: a cancelled claim's holder stops and settles it.
+    async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        """Q19.5: finalize as cancelled each distinct claim whose row of this queue is
+        cancelling under that claim token (no lease check: the holder may settle late);
+        counted as cancelled (D27). The ids finalized."""
+        ...
+
+    async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        """Q19.5: which of these ids are cancelling rows of this queue (a read; workers
+        ask it for the claims they hold, in case an announcement was lost)."""
+        ...
+
     # Q16 / R11 (due times): how a worker learns when its queue's next delayed job is due.
     async def next_due_in_s(self, queue: str) -> float | None:
         """Q16: the seconds from now until the earliest ``run_at`` later than now among
@@ -199,15 +211,15 @@ class OperatorPath(Protocol):
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
         """Q8 (a queue's row) and D26 (``queue=None``: the row of any queue): the row with
-        this id, live, dead or (Q19.2) completed, with its result."""
+        this id, live, dead or (Q19.2) kept, with its result."""
         ...
 
     async def list_jobs(
         self, queue: str, state: JobState, limit: int, after_id: int | None
     ) -> list[Job]:
         """D26: up to ``limit`` (>= 1) rows of this queue in this state (Q19.2:
-        ``"completed"`` lists the kept rows), by id ascending, with ids above
-        ``after_id`` (all for ``None``)."""
+        ``"completed"`` and, Q19.5, ``"cancelled"`` list the kept rows), by id
+        ascending, with ids above ``after_id`` (all for ``None``)."""
         ...
 
     async def stats(self, queue: str | None) -> StoreStats:
@@ -217,7 +229,10 @@ class OperatorPath(Protocol):
         ...
 
     async def cancel(self, queue: str, job_id: int) -> bool:
-        """Q7: delete this queue's live row, pending or processing."""
+        """Q19.5: cancel this queue's live row: a pending one (or one whose lease lapsed)
+        is finalized as cancelled at once (counted, D27); a processing one becomes
+        cancelling and its holder is told on the queue's wake channel (``cancel:<id>``),
+        as is an already cancelling one again. False when there is no live row."""
         ...
 
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:

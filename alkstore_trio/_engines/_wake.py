@@ -7,6 +7,11 @@ publishes wakes into a :class:`WakeHub`; a claim loop subscribes with a
 :class:`WakeListener`, which *latches*: a wake that arrives while the loop is busy
 claiming is kept until the next :meth:`WakeListener.wait`, so no wake falls between
 "claimed nothing" and "started waiting".
+
+The same channel carries Q19.5's cancel announcements: "job 17 of this queue is being
+cancelled; whoever holds it, stop" (on PostgreSQL the payload ``cancel:17``). They are
+latched the same way and handed out by :meth:`WakeListener.take_cancels`; like wakes,
+they may be lost, which :meth:`WakeListener.take_resync` tells a listener about.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class WakeListener:
         # the wakes since the previous wait), and those handed out by the last wait.
         self._due: dict[str, float] = {}
         self._taken_due: dict[str, float] = {}
+        # Q19.5: the job ids announced as cancelling since the last take_cancels, and
+        # whether announcements may have been lost since the last take_resync.
+        self._cancels: set[int] = set()
+        self._resync = False
         self._event = trio.Event()
         self._closed = False
 
@@ -56,7 +65,9 @@ class WakeListener:
 
         Returns:
             The names of the queues woken since the previous call (possibly woken before
-            this call began), or an empty set when the timeout passed first.
+            this call began), or an empty set when the timeout passed first. A cancel
+            announcement (Q19.5) also ends the wait, possibly with no queue woken: see
+            :meth:`take_cancels`.
 
         Raises:
             StoreClosed: the store was closed (also while waiting).
@@ -67,7 +78,7 @@ class WakeListener:
         timeout = (
             math.inf if timeout_s is None else v.check_duration("timeout_s", timeout_s, min_s=0)
         )
-        if self._pending:
+        if self._pending or self._cancels or self._resync:
             await trio.lowlevel.checkpoint()
         else:
             with trio.move_on_after(timeout):
@@ -98,6 +109,30 @@ class WakeListener:
         """
         due, self._taken_due = self._taken_due, {}
         return due
+
+    def take_cancels(self) -> frozenset[int]:
+        """Q19.5: the ids of the jobs announced as cancelling since the previous call
+        (``queue.cancel`` was called while they were processing). A worker holding one
+        of them stops its handler; everyone else ignores the id. Each id is handed out
+        once per announcement."""
+        cancels = frozenset(self._cancels)
+        self._cancels.clear()
+        return cancels
+
+    def take_resync(self) -> bool:
+        """Q19.5: True, once, when announcements may have been lost since the previous
+        call (the engine's listener reconnected): a worker then asks the store which of
+        its claims are cancelling (``Queue.cancelling_among``)."""
+        resync, self._resync = self._resync, False
+        return resync
+
+    def _deliver_cancel(self, job_id: int) -> None:
+        self._cancels.add(job_id)
+        self._event.set()
+
+    def _deliver_resync(self) -> None:
+        self._resync = True
+        self._event.set()
 
     def _deliver(self, queue: str, due_in_s: float | None = None) -> None:
         self._pending.add(queue)
@@ -135,9 +170,18 @@ class WakeHub:
         for listener in self._by_queue.get(queue, ()):
             listener._deliver(queue, due_in_s)
 
+    def publish_cancel(self, queue: str, job_id: int) -> None:
+        """Q19.5: tell every listener of ``queue`` that job ``job_id`` is cancelling."""
+        for listener in self._by_queue.get(queue, ()):
+            listener._deliver_cancel(job_id)
+
     def publish_all(self) -> None:
-        """Wake every listener on every queue (e.g. after wakes may have been lost)."""
+        """Wake every listener on every queue (e.g. after wakes may have been lost), and
+        tell each that cancel announcements may have been lost too (Q19.5)."""
         self.publish(list(self._by_queue))
+        for listeners in self._by_queue.values():
+            for listener in listeners:
+                listener._deliver_resync()
 
     def close(self) -> None:
         """Close every listener; waiting ones raise ``StoreClosed``."""

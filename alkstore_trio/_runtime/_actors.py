@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .._store import JobHandle, Queue, Store
-    from ._book import Claim
+    from ._book import Claim, ClaimBook
     from ._events import Reporter
 
 # --- messages to the dispatcher ------------------------------------------------------
@@ -41,6 +41,20 @@ class Wake:
 @dataclass(frozen=True, slots=True)
 class Tick:
     """From the timer: re-poll every queue (and send failed outcomes again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCheck:
+    """From the listener (R15): cancel announcements may have been lost (it restarted, or
+    the engine's listener reconnected): ask the store which held claims are cancelling."""
+
+
+@dataclass(frozen=True, slots=True)
+class Aborted:
+    """From the listener (R15): claims of cancelled jobs whose handlers never started;
+    the book finished them, the dispatcher settles them."""
+
+    claims: tuple[Claim, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +95,10 @@ class HeartbeatsDue:
     claims: tuple[Claim, ...]
 
 
-Message: TypeAlias = "Wake | Tick | Stop | Finished | Claimed | HeartbeatRequest | HeartbeatsDue"
+Message: TypeAlias = (
+    "Wake | Tick | Stop | Finished | Claimed | HeartbeatRequest | HeartbeatsDue | CancelCheck"
+    " | Aborted"
+)
 #: What the dispatcher asks the timer for: a message at a trio time, a :class:`Wake` of a
 #: queue whose delayed job becomes due then (R11) or a :class:`HeartbeatsDue`; ``None``
 #: for a tick.
@@ -100,16 +117,32 @@ async def serve_wakes(
     store: Store,
     queues: tuple[Queue, ...],
     inbox: trio.MemorySendChannel[Message],
+    book: ClaimBook,
     *,
     task_status: trio.TaskStatus[None],
 ) -> None:
     """R3: forward every wake of the served queues to the dispatcher. After each
-    (re)start it sends a wake for all queues: wakes sent while it was gone are lost."""
+    (re)start it sends a wake for all queues: wakes sent while it was gone are lost.
+
+    R15: a cancel announcement goes to the book directly, not through the dispatcher
+    (like a job actor's ``book.start``): the aborted claims' scopes are cancelled in the
+    same scheduling round. When announcements may have been lost (a restart of this
+    actor, a reconnect of the engine's listener) the dispatcher is asked to look."""
     async with store.open_wake_listener(queues) as listener:
         task_status.started()
         await inbox.send(Wake(frozenset(q.name for q in queues)))
+        await inbox.send(CancelCheck())
         while True:
             woken = await listener.wait()
+            cancels = listener.take_cancels()
+            if cancels:
+                aborted, unstarted = book.cancel_requested(cancels, trio.current_time())
+                for claim in aborted:
+                    claim.scope.cancel()
+                if unstarted:
+                    await inbox.send(Aborted(tuple(unstarted)))
+            if listener.take_resync():
+                await inbox.send(CancelCheck())
             if woken:
                 # R11: and when the delayed jobs these wakes announced are due.
                 await inbox.send(Wake(woken, listener.take_due()))
@@ -192,16 +225,17 @@ async def serve_sweeps(
                     error=describe(exc),
                 )
             else:
-                if result.expired or result.purged or result.purged_completed:
+                if any(result):
                     reporter.log(
                         logging.INFO,
                         "sweep",
                         None,
-                        "swept queue %r: %d expired, %d purged, %d completed purged",
+                        "swept queue %r: %d expired, %d purged, %d completed purged, %d cancelled",
                         queue.name,
                         result.expired,
                         result.purged,
                         result.purged_completed,
+                        result.cancelled,
                         queue=queue.name,
                     )
         await trio.sleep(interval_s)

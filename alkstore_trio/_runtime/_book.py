@@ -20,12 +20,17 @@ Each claim has exactly one :class:`ClaimState`::
                   └─ lease lapsed ─►  LOST ◄── refused() / lease ran out       DONE
                      before start        (outcome discarded)            (out of the book)
 
+    RUNNING / CANCELLING ─cancel_requested()─► ABORTING ─finished()─► FINISHED
+    STARTING ─cancel_requested()─► FINISHED (never starts)
+    (R15: the store announced the job cancelled; its outcome is settle_cancelled)
+
 The events: :meth:`ClaimBook.claimed` (a claim statement answered), :meth:`~ClaimBook.start`
 (a job actor is about to run the handler's first line), :meth:`~ClaimBook.finished` (the
 handler ended), :meth:`~ClaimBook.reported` (the dispatcher received that),
 :meth:`~ClaimBook.renewed` / :meth:`~ClaimBook.refused` (a heartbeat's answer),
 :meth:`~ClaimBook.settled` (an outcome statement's answer), :meth:`~ClaimBook.stop`,
-:meth:`~ClaimBook.tick`, :meth:`~ClaimBook.wake` and :meth:`~ClaimBook.grace_over`.
+:meth:`~ClaimBook.tick`, :meth:`~ClaimBook.wake`, :meth:`~ClaimBook.grace_over` and
+:meth:`~ClaimBook.cancel_requested` (R15: the job was cancelled in the store).
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ class ClaimState(enum.Enum):
     #: The worker is stopping and the grace ran out: its scope was cancelled (or its
     #: handler will never start); its outcome will be a release.
     CANCELLING = "cancelling"
+    #: R15: the job was cancelled in the store (``queue.cancel``): its scope was cancelled
+    #: (or its handler will never start); its outcome will be ``settle_cancelled``.
+    ABORTING = "aborting"
     #: The claim was found lost (a refusal, or its lease ran out by the worker's clock):
     #: its scope was cancelled, its outcome will be discarded, no statement is sent for it.
     LOST = "lost"
@@ -71,17 +79,21 @@ class ClaimState(enum.Enum):
 
 #: States whose cancel scope is still open (a renewal moves its deadline).
 _SCOPED: Final = frozenset({ClaimState.STARTING, ClaimState.RUNNING, ClaimState.CANCELLING})
+#: R15: states a cancel announcement aborts (their scope is to be cancelled).
+_ABORTABLE: Final = _SCOPED
+#: States a refusal leaves as they are.
+_NOT_LOSABLE: Final = frozenset({ClaimState.LOST, ClaimState.DONE, ClaimState.ABORTING})
 #: States whose claim may still be renewed.
 _RENEWABLE: Final = _SCOPED | {ClaimState.FINISHED}
 
 
 class Outcome(NamedTuple):
     """What is to be done with a claim's job: ``kind`` is ``"ack"``, ``"retry"``,
-    ``"fail"`` or ``"release"``: given back because the worker stopped (Q19.8's release:
+    ``"fail"``, ``"release"`` (given back because the worker stopped (Q19.8's release:
     the attempt is returned) or the lease was uncertain (a retry with delay 0: a handler
-    that used a whole lease spends its attempt). An ack carries the handler's ``result``
-    (Q19.1) for a kept job (``None`` for none, and always for an unkept job: the job
-    actor discarded it)."""
+    that used a whole lease spends its attempt)) or ``"cancelled"`` (R15:
+    ``settle_cancelled``). An ack carries the handler's ``result`` (Q19.1) for a kept job
+    (``None`` for none, and always for an unkept job: the job actor discarded it)."""
 
     kind: str
     error: str | None = None
@@ -99,6 +111,8 @@ def statement_kind(outcome: Outcome) -> str:
 
 #: The outcome of a claim whose handler returned (shared: the hot path allocates none).
 ACK: Final = Outcome("ack")
+#: R15: the outcome of a claim whose job was cancelled in the store.
+CANCELLED: Final = Outcome("cancelled")
 #: The raw result of a handler cancelled by its lease's deadline (see :meth:`reported`).
 _LAPSED: Final = Outcome("lapsed")
 
@@ -121,6 +135,10 @@ class Claim:
     outcome: Outcome | None = None
     scope: Any = None
     heartbeat_scope: Any = None
+    #: R15: when the cancel announcement reached the book, and when the job actor ended
+    #: (trio time; the actor sets it): the cancel's latency in this worker.
+    aborted_at: float | None = None
+    ended_at: float | None = None
 
 
 class Verdict(enum.Enum):
@@ -191,7 +209,8 @@ class ClaimBook:
         #: R11: the queues whose next due time the dispatcher is to look up now.
         self.lookups: set[str] = set()
         self.counts: dict[str, int] = dict.fromkeys(
-            ("claimed", "acked", "retried", "dead_lettered", "released", "lease_lost"), 0
+            ("claimed", "acked", "retried", "dead_lettered", "released", "lease_lost", "cancelled"),
+            0,
         )
 
     # --- claiming (R2) ---------------------------------------------------------------
@@ -384,7 +403,10 @@ class ClaimBook:
         state = claim.state
         if state is ClaimState.LOST or state is ClaimState.DONE:
             return
-        if state is ClaimState.CANCELLING:
+        if state is ClaimState.ABORTING:
+            # R15: cancelled in the store: whatever the handler did, the job is cancelled.
+            result = CANCELLED
+        elif state is ClaimState.CANCELLING:
             # Stopping, the grace ran out: give the job back (whatever the handler did
             # while being cancelled, its claim is released).
             result = Outcome("release", WORKER_STOPPED, 0.0) if result is None else result
@@ -414,6 +436,48 @@ class ClaimBook:
         claim.state = ClaimState.SETTLING
         return Verdict.SEND
 
+    # --- cancel announcements (R15) --------------------------------------------------
+
+    def cancel_requested(
+        self, job_ids: Iterable[int], now: float
+    ) -> tuple[list[Claim], list[Claim]]:
+        """The store announced these jobs cancelled at ``now`` (ids of jobs this worker
+        does not hold are ignored). Returns (aborted, unstarted). A claim whose handler
+        runs (or is being cancelled by a stop) becomes ABORTING: in ``aborted``, its
+        scope is to be cancelled at once. One whose handler has not started never starts:
+        it is FINISHED with ``settle_cancelled`` as outcome, in ``unstarted``, for the
+        dispatcher to report (its job actor skips it). A finished one's outcome becomes
+        ``settle_cancelled`` (its ack would be refused). One settling already is left to
+        the refusal path."""
+        wanted = set(job_ids)
+        aborted: list[Claim] = []
+        unstarted: list[Claim] = []
+        for claim in self.claims:
+            if claim.handle.job.id not in wanted:
+                continue
+            state = claim.state
+            if state is ClaimState.STARTING:
+                claim.state, claim.outcome = ClaimState.FINISHED, CANCELLED
+                claim.aborted_at = claim.ended_at = now
+                unstarted.append(claim)
+            elif state is ClaimState.RUNNING or state is ClaimState.CANCELLING:
+                claim.state = ClaimState.ABORTING
+                claim.aborted_at = now
+                aborted.append(claim)
+            elif state is ClaimState.FINISHED and claim.aborted_at is None:
+                claim.aborted_at = now
+                claim.outcome = CANCELLED
+        return aborted, unstarted
+
+    def abortable(self) -> dict[str, list[Claim]]:
+        """R15's safety net: per queue, the claims whose handlers run or have yet to
+        start (to ask the store which of their jobs are cancelling)."""
+        held: dict[str, list[Claim]] = {}
+        for claim in self.claims:
+            if claim.state in _ABORTABLE:
+                held.setdefault(claim.queue, []).append(claim)
+        return held
+
     # --- heartbeats (R6) -------------------------------------------------------------
 
     def renewable(self, claims: Iterable[Claim]) -> dict[str, list[Claim]]:
@@ -421,7 +485,8 @@ class ClaimBook:
         settled, lost or reported are left out (their handles may be consumed)."""
         groups: dict[str, list[Claim]] = {}
         for claim in claims:
-            if claim.state in _RENEWABLE:
+            # R15: an announced claim is settled without a lease: nothing to renew.
+            if claim.state in _RENEWABLE and claim.aborted_at is None:
                 group = groups.setdefault(claim.queue, [])
                 if claim not in group:
                     group.append(claim)
@@ -439,7 +504,9 @@ class ClaimBook:
         """A renewal, ack, retry or fail was refused: the claim is lost. True when this
         is news (count and log it); either way its scope is to be cancelled and nothing
         more is tried for it."""
-        if claim.state is ClaimState.LOST or claim.state is ClaimState.DONE:
+        if claim.state in _NOT_LOSABLE or claim.aborted_at is not None:
+            # LOST or DONE already; R15: an announced claim's job is cancelling in the
+            # store, so a refusal is expected there: its outcome stays settle_cancelled.
             return False
         self._lose(claim)
         return True
@@ -453,8 +520,8 @@ class ClaimBook:
 
     def settle_groups(self, claims: Iterable[Claim]) -> dict[tuple[str, str], list[Claim]]:
         """The statements to send for these claims' outcomes: one per queue and kind
-        (``"ack"``, ``"retry"``, ``"release"`` — a stopped worker's, R7 — or ``"fail"``;
-        a release for an uncertain lease is a retry)."""
+        (``"ack"``, ``"retry"``, ``"release"`` — a stopped worker's, R7 — ``"fail"`` or
+        ``"cancelled"``; a release for an uncertain lease is a retry)."""
         groups: dict[tuple[str, str], list[Claim]] = {}
         for claim in claims:
             if claim.state is ClaimState.SETTLING:
@@ -462,12 +529,18 @@ class ClaimBook:
                 groups.setdefault((claim.queue, statement_kind(claim.outcome)), []).append(claim)
         return groups
 
-    def settled(self, claim: Claim, done: bool) -> str:
+    def settled(self, claim: Claim, done: bool, *, cancelled: bool = False) -> str:
         """The store answered a claim's outcome statement (``done``: accepted). Returns
         what happened: ``"ack"``, ``"retry"``, ``"release"``, ``"dead"`` (a fail, or a
-        retry on the job's last attempt) or ``"lost"`` (refused)."""
+        retry on the job's last attempt), ``"cancelled"`` (R15: its settle_cancelled was
+        accepted, or ``cancelled``: it was refused, and then settled as cancelled) or
+        ``"lost"`` (refused)."""
         outcome = claim.outcome
         assert outcome is not None
+        if cancelled or (done and outcome is CANCELLED):
+            self._drop(claim)
+            self.counts["cancelled"] += 1
+            return "cancelled"
         if not done:
             self._lose(claim)
             self._drop(claim)
@@ -518,7 +591,11 @@ class ClaimBook:
 
     def open_scopes(self) -> list[Claim]:
         """The claims whose scopes are still open (to cancel when the worker must end)."""
-        return [claim for claim in self.claims if claim.state in _SCOPED]
+        return [
+            claim
+            for claim in self.claims
+            if claim.state in _SCOPED or claim.state is ClaimState.ABORTING
+        ]
 
     def only_settling(self) -> bool:
         """Every claim held waits for an outcome statement (nothing runs)."""

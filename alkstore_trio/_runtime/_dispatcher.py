@@ -20,6 +20,8 @@ import trio
 
 from .._errors import EngineError
 from ._actors import (
+    Aborted,
+    CancelCheck,
     Claimed,
     Finished,
     HeartbeatRequest,
@@ -166,6 +168,11 @@ class Dispatcher:
             self._due.on_wake(message)
         elif isinstance(message, Tick):
             await self._apply_groups(self._book.tick())
+            await self._check_cancels()  # R15's safety net, on the re-poll (R4)
+        elif isinstance(message, CancelCheck):
+            await self._check_cancels()
+        elif isinstance(message, Aborted):
+            await self._apply_outcomes(list(message.claims))
         elif isinstance(message, HeartbeatsDue):
             await self._start_heartbeats(message.claims)
         elif isinstance(message, Claimed):
@@ -252,6 +259,7 @@ class Dispatcher:
             for claim in claims:
                 self.engine_error("heartbeat", claim.handle.job, exc)
             return
+        refused = []
         for claim, renewed in zip(claims, results, strict=True):
             if renewed:
                 deadline = self._book.renewed(claim, sent_at)
@@ -259,7 +267,38 @@ class Dispatcher:
                     claim.scope.deadline = deadline
                 self._log(logging.DEBUG, "heartbeat", claim.handle.job, "renewed the claim")
             else:
-                self._lose(claim, "heartbeat refused")
+                refused.append(claim)
+        if refused:
+            # R15: a refused renewal may be a cancel whose announcement was lost: those
+            # claims are aborted (settled as cancelled once stopped), the others lost.
+            aborted = await self._abort_cancelling(queue, refused)
+            for claim in refused:
+                if claim not in aborted:
+                    self._lose(claim, "heartbeat refused")
+
+    async def _check_cancels(self) -> None:
+        """R15's safety net for a lost announcement: one ``cancelling_among`` read per
+        queue for the claims held whose handlers run or have yet to start."""
+        for name, claims in self._book.abortable().items():
+            await self._abort_cancelling(self._queue_by_name[name], claims)
+
+    async def _abort_cancelling(self, queue: Queue, claims: list[Claim]) -> set[Claim]:
+        """R15: ask the store which of these claims' jobs are cancelling; those are
+        aborted (their scopes cancelled), as if their announcement had arrived."""
+        try:
+            cancelling = await queue.cancelling_among([claim.handle.id for claim in claims])
+        except EngineError as exc:
+            self.engine_error("cancelling_among", None, exc, queue=queue.name)
+            return set()
+        if not cancelling:
+            return set()
+        aborted, unstarted = self._book.cancel_requested(cancelling, trio.current_time())
+        for claim in aborted:
+            claim.scope.cancel()
+        if unstarted:
+            await self._apply_outcomes(unstarted)
+        found = set(cancelling)
+        return {claim for claim in claims if claim.handle.id in found}
 
     def _lose(self, claim: Claim, why: str) -> None:
         """A refusal: the book marks the claim lost; its handler is cancelled."""
@@ -332,6 +371,8 @@ class Dispatcher:
             try:
                 if kind == "ack":
                     results = await self._ack_and_claim(queue, group)
+                elif kind == "cancelled":
+                    results = await queue.settle_cancelled([c.handle for c in group])
                 elif kind == "release":
                     results = await queue.release_handles(
                         [c.handle for c in group], outcomes[0].error
@@ -351,8 +392,30 @@ class Dispatcher:
                 for claim in group:
                     self.engine_error(kind, claim.handle.job, exc)
                 continue
+            if all(results):  # the usual case: no refusal, nothing more to ask
+                for claim in group:
+                    self._settle(claim, True)
+                continue
+            cancelled = await self._settle_refused(queue, kind, group, results)
             for claim, done in zip(group, results, strict=True):
-                self._settle(claim, done)
+                self._settle(claim, done, cancelled=claim in cancelled)
+
+    async def _settle_refused(
+        self, queue: Queue, kind: str, group: list[Claim], results: list[bool]
+    ) -> set[Claim]:
+        """R15: an ack, retry or fail refused because the job was cancelled meanwhile
+        (its handler ended before the announcement came, or it was lost): one
+        ``settle_cancelled`` for the refused claims of the statement (only when one was
+        refused); the claims it settled."""
+        refused = [claim for claim, done in zip(group, results, strict=True) if not done]
+        if kind == "cancelled" or not refused:
+            return set()
+        try:
+            settled = await queue.settle_cancelled([claim.handle for claim in refused])
+        except EngineError as exc:
+            self.engine_error("settle_cancelled", None, exc, queue=queue.name)
+            return set()
+        return {claim for claim, done in zip(refused, settled, strict=True) if done}
 
     async def _ack_and_claim(self, queue: Queue, group: list[Claim]) -> list[bool]:
         """Ack these claims' jobs; if the book says so (the queue is woken and slots will
@@ -382,14 +445,23 @@ class Dispatcher:
         self._start_jobs(queue.name, claimed, n, sent_at)
         return results
 
-    def _settle(self, claim: Claim, done: bool) -> None:
-        """Account for an applied outcome (``done`` is the engine's answer)."""
+    def _settle(self, claim: Claim, done: bool, *, cancelled: bool = False) -> None:
+        """Account for an applied outcome (``done`` is the engine's answer; ``cancelled``:
+        it was refused, and the job then settled as cancelled, R15)."""
         outcome = _outcome(claim)
-        result = self._book.settled(claim, done)
+        result = self._book.settled(claim, done, cancelled=cancelled)
         job = claim.handle.job
         if result == "ack":
             if self._wants(logging.INFO):
                 self._log(logging.INFO, "ack", job, "acked")
+            return
+        if result == "cancelled":
+            latency = (
+                None
+                if claim.aborted_at is None or claim.ended_at is None
+                else max(0.0, claim.ended_at - claim.aborted_at)
+            )
+            self._log(logging.INFO, "cancelled", job, "cancelled", latency_s=latency)
             return
         if result == "lost":
             self._log_lost(claim, f"{outcome.kind} refused")

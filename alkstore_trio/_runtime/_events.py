@@ -48,6 +48,8 @@ class WorkerStatistics:
             ``dead_lettered`` instead).
         lease_lost: Claims found lost (a refused heartbeat, ack, retry or fail): the
             handler was cancelled or its outcome discarded.
+        cancelled: R15: jobs cancelled in the store (``queue.cancel``) while this worker
+            held them, settled as cancelled once their handler stopped.
         in_flight: Claims held now (handler running, or its outcome not yet applied).
         handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``,
             or returned something other than bytes or ``None`` (Q19.1).
@@ -83,6 +85,7 @@ class WorkerStatistics:
     run_time_total_s: float
     run_time_mean_s: float
     results_discarded: int = 0
+    cancelled: int = 0
 
 
 def statistics_of(
@@ -119,6 +122,7 @@ def statistics_of(
         run_time_total_s=run_time_total_s,
         run_time_mean_s=run_time_total_s / c["finished"] if c["finished"] else 0.0,
         results_discarded=c["results_discarded"],
+        cancelled=book_counts["cancelled"],
     )
 
 
@@ -138,6 +142,7 @@ EVENT_KINDS: Final = frozenset(
         "release",  # given back because the worker stopped
         "dead",  # dead-lettered (error)
         "lease_lost",  # the claim was found lost; the handler was cancelled
+        "cancelled",  # R15: the job was cancelled in the store; its handler stopped
         "engine_error",  # a store operation failed; it is tried again (job may be None)
         "sweep",  # sweep_expired removed rows (job None; message says how many)
         "sweep_failed",  # sweep_expired failed (job None)
@@ -167,6 +172,8 @@ class WorkerEvent:
         error: The error text stored with a retry, release or dead-letter, or the error
             of a timeout, handler error or engine error.
         delay_s: The retry delay the handler asked for (``None``: the queue's backoff).
+        latency_s: ``"cancelled"`` (R15): seconds from the cancel's announcement reaching
+            this worker to its handler's end (``None``: the handler had ended before).
     """
 
     kind: str
@@ -178,6 +185,7 @@ class WorkerEvent:
     message: str
     error: str | None = None
     delay_s: float | None = None
+    latency_s: float | None = None
 
     @property
     def job_id(self) -> int | None:
@@ -222,6 +230,7 @@ class Reporter:
         error: str | None = None,
         delay_s: float | None = None,
         exc_info: BaseException | None = None,
+        latency_s: float | None = None,
     ) -> None:
         """Log one transition with the structured fields and publish it on the event
         streams (R9); never the payload."""
@@ -253,6 +262,7 @@ class Reporter:
                     message=message % args if args else message,
                     error=error,
                     delay_s=delay_s,
+                    latency_s=latency_s,
                 )
             )
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 _FINISHED: Final = Finished()
 #: States of a claim that did not start but whose end the dispatcher must hear of.
-_TO_REPORT = frozenset({ClaimState.CANCELLING, ClaimState.LOST})
+_TO_REPORT = frozenset({ClaimState.CANCELLING, ClaimState.LOST, ClaimState.ABORTING})
 
 
 class JobActors:
@@ -152,6 +152,7 @@ class JobActors:
         finally:
             if claim.heartbeat_scope is not None:
                 claim.heartbeat_scope.cancel()
+            claim.ended_at = trio.current_time()  # R15: a cancel's latency ends here
             # Cancelled (by the book's decision, or by the lease deadline), or a
             # BaseException (KeyboardInterrupt) escaped the handler: result is None and
             # the book decides whether the claim is to be released or is lost.

@@ -413,7 +413,9 @@ class Worker:
     ) -> None:
         """The actors of a worker that serves queues: the listener (R3), the re-poll
         timer (R4) and the sweeper (R10)."""
-        await supervisor.start(serve_wakes, self._store, self._queues, inbox_send, name="listener")
+        await supervisor.start(
+            serve_wakes, self._store, self._queues, inbox_send, self._book, name="listener"
+        )
         await supervisor.start(
             serve_timer, self._timers, self._poll_interval_s, inbox_send, timer_inbox, name="timer"
         )

@@ -40,6 +40,33 @@ def claim_token(job: Job) -> int:
     return token
 
 
+def checked_handles(
+    queue: Queue, handles: Iterable[JobHandle], *, where: str = "handles"
+) -> list[JobHandle]:
+    """The handles as a list, once each is known to be a job handle of ``queue``'s store
+    and queue and no job appears twice (the store must be open). ``where`` names the
+    argument they came from in messages."""
+    queue._store._check_open()
+    if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
+        raise InvalidArgument(
+            f"handles must be an iterable of job handles; got a {type(handles).__name__}"
+        )
+    checked = list(handles)
+    seen: set[int] = set()
+    for handle in checked:
+        if not isinstance(handle, JobHandle):
+            raise InvalidArgument(f"{where} must hold job handles; got a {type(handle).__name__}")
+        if handle._queue._store is not queue._store or handle._job.queue != queue.name:
+            raise InvalidArgument(
+                f"job handle {handle.id} belongs to another store or queue "
+                f"(queue {handle._job.queue!r}), not to queue {queue.name!r}"
+            )
+        if handle.id in seen:
+            raise InvalidArgument(f"job {handle.id} appears twice in {where}")
+        seen.add(handle.id)
+    return checked
+
+
 def checked_items(
     store: Store, items: Iterable[Any], fields: tuple[str, ...]
 ) -> list[tuple[Any, ...]]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, final, get_args
 
 import trio
 
@@ -13,7 +13,14 @@ from .._core._limits import _Unset, check_limit_args, merged_limits, refills
 from .._core._reschedule import check_reschedule
 from .._engines._protocol import FailItem
 from .._errors import InvalidArgument
-from ._handle import JobHandle, _consume_all, checked_items, naming_item, retry_item
+from ._handle import (
+    JobHandle,
+    _consume_all,
+    checked_handles,
+    checked_items,
+    naming_item,
+    retry_item,
+)
 from ._results import ack_items, checked_results
 
 if TYPE_CHECKING:
@@ -24,7 +31,8 @@ if TYPE_CHECKING:
 
 #: The most rows one :meth:`Queue.list_jobs` call returns (D26): payloads come along.
 LIST_LIMIT_MAX = 1000
-_STATES: tuple[JobState, ...] = ("pending", "processing", "dead", "completed")
+#: D26: the states a listing takes (Q19.2's kept ``completed`` and ``cancelled`` too).
+_STATES: tuple[JobState, ...] = get_args(JobState)
 
 
 @final
@@ -238,7 +246,7 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         for handle in checked:
             handle._check_usable()
         given = checked_results(results, len(checked), self._store.max_result_bytes)
@@ -289,7 +297,7 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         for handle in checked:
             handle._check_usable()
         checked_worker = v.check_worker_id(worker_id)
@@ -340,7 +348,7 @@ class Queue:
                 done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
         for handle in checked:
             handle._check_usable()
@@ -384,7 +392,7 @@ class Queue:
             StoreClosed: the store is closed.
         """
         rows = checked_items(self._store, items, ("handle", "error", "delay_s"))
-        checked = self._checked_handles([row[0] for row in rows], where="items")
+        checked = checked_handles(self, [row[0] for row in rows], where="items")
         for handle in checked:
             handle._check_usable()
         resolved: list[tuple[JobHandle, str | None, float | None]] = []
@@ -421,7 +429,7 @@ class Queue:
             HandleConsumed: a handle was already used (nothing was done).
             StoreClosed: the store is closed.
         """
-        checked = self._checked_handles(handles)
+        checked = checked_handles(self, handles)
         checked_error = v.check_error_text(error)
         for handle in checked:
             handle._check_usable()
@@ -458,7 +466,7 @@ class Queue:
             StoreClosed: the store is closed.
         """
         rows = checked_items(self._store, items, ("handle", "error"))
-        checked = self._checked_handles([row[0] for row in rows], where="items")
+        checked = checked_handles(self, [row[0] for row in rows], where="items")
         for handle in checked:
             handle._check_usable()
         claims: list[FailItem] = []
@@ -470,39 +478,14 @@ class Queue:
             return []
         return await _consume_all(checked, self._engine.fail(self._name, claims))
 
-    def _checked_handles(
-        self, handles: Iterable[JobHandle], *, where: str = "handles"
-    ) -> list[JobHandle]:
-        """The handles as a list, once each is known to be a job handle of this store
-        and queue and no job appears twice (the store must be open). ``where`` names
-        the argument they came from in messages."""
-        self._store._check_open()
-        if isinstance(handles, (str, bytes)) or not hasattr(handles, "__iter__"):
-            raise InvalidArgument(
-                f"handles must be an iterable of job handles; got a {type(handles).__name__}"
-            )
-        checked = list(handles)
-        seen: set[int] = set()
-        for handle in checked:
-            if not isinstance(handle, JobHandle):
-                raise InvalidArgument(
-                    f"{where} must hold job handles; got a {type(handle).__name__}"
-                )
-            if handle._queue._store is not self._store or handle._job.queue != self._name:
-                raise InvalidArgument(
-                    f"job handle {handle.id} belongs to another store or queue "
-                    f"(queue {handle._job.queue!r}), not to queue {self._name!r}"
-                )
-            if handle.id in seen:
-                raise InvalidArgument(f"job {handle.id} appears twice in {where}")
-            seen.add(handle.id)
-        return checked
-
     async def cancel(self, job_id: int) -> bool:
-        """Delete this queue's live job, pending or processing (Q7).
+        """Cancel this queue's live job (Q19.5).
 
-        Not an interrupt: a worker holding the job keeps running, and its later
-        operations on the job return ``False``.
+        A pending job is recorded cancelled at once. A processing one becomes
+        ``"cancelling"``: its worker is told at once and cancels the handler (at its next
+        trio checkpoint); it is recorded cancelled when the handler stopped, or when its
+        lease lapsed. Once this returned ``True`` the job is never completed, retried or
+        dead-lettered. Calling it again for a cancelling job tells the worker again.
 
         Returns:
             ``False`` when there is no live row (dead rows are not touched).
@@ -510,6 +493,29 @@ class Queue:
         self._store._check_open()
         checked = v.check_job_id(job_id)
         return await self._engine.cancel(self._name, checked)
+
+    async def settle_cancelled(self, handles: Iterable[JobHandle]) -> list[bool]:
+        """Q19.5: their holder stopped: record each job cancelled if it is cancelling
+        under the handle's claim token (no lease check). Handles may be consumed already
+        (an ack refused as the job was cancelling). One bool per handle, in order."""
+        checked = checked_handles(self, handles)
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        claims = [handle._claim for handle in checked]
+        settled = set(
+            await _consume_all(checked, self._engine.settle_cancelled(self._name, claims))
+        )
+        return [handle.id in settled for handle in checked]
+
+    async def cancelling_among(self, job_ids: Iterable[int]) -> list[int]:
+        """Q19.5: which of these job ids are this queue's cancelling jobs (a read)."""
+        self._store._check_open()
+        checked = list(dict.fromkeys(v.check_job_id(job_id) for job_id in job_ids))
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        return await self._engine.cancelling_among(self._name, checked)
 
     # --- Q16: rescheduling, and the next due time (R11) ---------------------------------
 
@@ -673,7 +679,8 @@ class Queue:
         you walk, so a listing is a series of snapshots, not one.
 
         Args:
-            state: ``"pending"``, ``"processing"``, ``"dead"`` or (Q19.2) ``"completed"``.
+            state: ``"pending"``, ``"processing"``, ``"cancelling"``, ``"dead"`` or
+                (Q19.2, kept rows) ``"completed"`` or ``"cancelled"``.
             limit: The most jobs to return, 1 to 1000 (payloads come along).
             after_id: Only jobs with a larger id; ``None`` starts at the first.
 
@@ -688,7 +695,8 @@ class Queue:
         if not isinstance(state, str) or state not in _STATES:
             shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
             raise InvalidArgument(
-                f"state must be one of 'pending', 'processing', 'dead' or 'completed'; got {shown}"
+                "state must be one of 'pending', 'processing', 'cancelling', 'dead', "
+                f"'completed' or 'cancelled'; got {shown}"
             )
         checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
         checked_after = (

@@ -20,8 +20,8 @@ Where the spans come from. A job's outcome is only known after its handler retur
 worker applies it (an ack can still be refused, and a refused one is a lost lease), and
 says so on its event stream (rule R9). So :meth:`JobTracing.run` owns the spans: it reads
 the worker's events, opens a span at each run's ``start``, sets the outcome when the
-``ack``, ``retry``, ``dead``, ``release`` or ``lease_lost`` event arrives and ends the
-span at the run's ``finish``. Its duration is measured on trio's clock (from the
+``ack``, ``retry``, ``dead``, ``release``, ``lease_lost`` or ``cancelled`` event arrives
+and ends the span at the run's ``finish``. Its duration is measured on trio's clock (from the
 ``start`` to the ``finish`` event), anchored at the wall-clock time of the start.
 :meth:`JobTracing.handler` is optional: it opens the run's span itself, just before the
 handler runs, and makes it the current span inside the handler so that the handler's own
@@ -46,11 +46,12 @@ times): it *links* to the producer's span instead of being its child. Attributes
 (``"process"``), ``messaging.destination.name`` (the queue), ``messaging.message.id``,
 ``alkstore.job.id``, ``alkstore.job.queue``, ``alkstore.job.attempt`` (the claim
 token), ``alkstore.job.max_attempts``, ``alkstore.worker.id``, ``alkstore.job.outcome``
-(``ack``, ``retry``, ``dead``, ``release``, ``lease_lost``, or ``incomplete`` when the
-worker stopped before the outcome was applied), ``alkstore.job.error`` (the error stored
-with the job, when there is one) and ``alkstore.job.timed_out``. The status is ``ERROR``
-when the handler raised (other than :class:`~alkstore_trio.Retry`), timed out, or the
-job was dead-lettered, lost or left incomplete; otherwise it is left unset.
+(``ack``, ``retry``, ``dead``, ``release``, ``lease_lost``, ``cancelled`` (R15), or
+``incomplete`` when the worker stopped before the outcome was applied),
+``alkstore.job.error`` (the error stored with the job, when there is one) and
+``alkstore.job.timed_out``. The status is ``ERROR`` when the handler raised (other than
+:class:`~alkstore_trio.Retry`), timed out, or the job was dead-lettered, lost or left
+incomplete; otherwise it is left unset.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["JobTracing", "trace_headers"]
 
 #: The events that settle a run's outcome.
-_OUTCOMES: Final = frozenset({"ack", "retry", "dead", "release", "lease_lost"})
+_OUTCOMES: Final = frozenset({"ack", "retry", "dead", "release", "lease_lost", "cancelled"})
 #: Outcomes that mark the span as an error.
 _FAILED_OUTCOMES: Final = frozenset({"dead", "lease_lost", "incomplete"})
 

@@ -41,6 +41,7 @@ label when ``worker_id_label=True``):
 - ``alkstore_jobs_dead_lettered_total``: jobs moved to dead by a worker (``dead``)
 - ``alkstore_jobs_released_total``: jobs handed back by a stopping worker
 - ``alkstore_jobs_lease_lost_total``: claims found lost (``lease_lost``)
+- ``alkstore_jobs_cancelled_total``: jobs cancelled while held (``cancelled``, R15)
 - ``alkstore_handler_errors_total``: handlers that raised an exception
 - ``alkstore_handler_timeouts_total``: handlers cancelled by ``job_timeout_s``
 - ``alkstore_engine_errors_total``: store operations that failed (retried)
@@ -188,13 +189,14 @@ _COUNTED: Final = {
     "dead": "dead_lettered",
     "release": "released",
     "lease_lost": "lease_lost",
+    "cancelled": "cancelled",
     "handler_error": "handler_errors",
     "timeout": "timeouts",
     "engine_error": "engine_errors",
     "sweep_failed": "sweep_failures",
 }
 #: The events that end a claim (exactly one per claim whose outcome was settled).
-_SETTLED: Final = frozenset({"ack", "retry", "dead", "release", "lease_lost"})
+_SETTLED: Final = frozenset({"ack", "retry", "dead", "release", "lease_lost", "cancelled"})
 
 _COUNTERS: Final = {
     "claimed": ("jobs_claimed", "Jobs claimed by the workers."),
@@ -203,6 +205,7 @@ _COUNTERS: Final = {
     "dead_lettered": ("jobs_dead_lettered", "Jobs moved to dead by the workers."),
     "released": ("jobs_released", "Jobs handed back because their worker stopped."),
     "lease_lost": ("jobs_lease_lost", "Claims found lost; the handler was cancelled."),
+    "cancelled": ("jobs_cancelled", "Jobs cancelled in the store while held (R15)."),
     "handler_errors": ("handler_errors", "Handlers that raised an exception."),
     "timeouts": ("handler_timeouts", "Handlers cancelled by job_timeout_s."),
     "engine_errors": ("engine_errors", "Store operations that failed (tried again)."),

@@ -31,8 +31,8 @@ from ._history import HistoryRecorder as HistoryRecorder
 from ._history import HistoryReport as HistoryReport
 from ._history import Violation as Violation
 from ._history import check_history as check_history
-from ._history import load_history as load_history
 from ._history import read_final_state as read_final_state
+from ._history_files import load_history as load_history
 from ._model import ReferenceModel as ReferenceModel
 
 # The state machine needs Hypothesis and PostgresHarness needs psycopg, both optional

@@ -8,7 +8,7 @@ retry, dead-letter, release, lease loss and handler start/end of a run, and this
 checks the record job by job against the final state of the store. Sources: in-process,
 :class:`HistoryRecorder` subscribes to :meth:`Worker.events` (``buffer=None``: it must
 see every event) and keeps the events, writes them as JSON lines (never a payload), or
-both; across processes, :func:`load_history` merges the files.
+both; across processes, :func:`~._history_files.load_history` merges the files.
 
 What is checked (the rule names of :class:`Violation`):
 
@@ -64,17 +64,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TextIO, TypeAlias
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
     from datetime import datetime
-    from pathlib import Path
 
     from .._runtime._worker import Worker, WorkerEvent
     from .._store import Queue
 
 #: Operations whose acceptance the record shows (logged after the store said yes).
-ACCEPTED_KINDS: Final = frozenset({"heartbeat", "ack", "retry", "release", "dead"})
+ACCEPTED_KINDS: Final = frozenset({"heartbeat", "ack", "retry", "release", "dead", "cancelled"})
 #: Accepted operations that end a claim (one-shot, Q4).
-TERMINAL_KINDS: Final = frozenset({"ack", "retry", "release", "dead"})
+TERMINAL_KINDS: Final = frozenset({"ack", "retry", "release", "dead", "cancelled"})
+#: Accepted operations after which the job is never claimed again.
+_FINAL_KINDS: Final = frozenset({"ack", "dead", "cancelled"})
 #: Names used by older records (``tests/faults/_worker_proc.py``) for the same events.
 _LEGACY_KINDS: Final = {"end": "finish", "stopped": "worker_stop", "ready": "worker_start"}
 
@@ -281,72 +282,6 @@ class HistoryRecorder:
         """:func:`check_history` on the events kept so far."""
         return check_history(
             self._events, enqueued=enqueued, final=final, removed=removed, slack_s=slack_s
-        )
-
-
-def load_history(
-    files: Iterable[str | Path | TextIO], *, time_base: TimeBase = "wall"
-) -> list[HistoryEvent]:
-    """Read and merge JSON-lines records of several processes.
-
-    Reads the records of :class:`HistoryRecorder` and the older ones of
-    ``tests/faults/_worker_proc.py`` (``"end"`` is read as ``"finish"``, ``"stopped"`` as
-    ``"worker_stop"``; a record without ``worker_id`` is attributed to ``pid:<pid>``,
-    or to the worker id of that file's ``"ready"`` line). A torn last line (a process
-    killed while writing it) is skipped; lines of unknown kinds are kept as they are.
-
-    Args:
-        files: Paths or open text streams.
-        time_base: ``"wall"`` (``t``, comparable across processes) or ``"trio"`` (``at``,
-            only comparable within one process).
-    """
-    events: list[HistoryEvent] = []
-    for item in files:
-        if isinstance(item, str | os.PathLike):
-            with open(item, encoding="utf-8") as stream:
-                lines = stream.read().split("\n")
-        else:
-            lines = item.read().split("\n")
-        events.extend(_parse_lines(lines, time_base))
-    return events
-
-
-def _parse_lines(lines: list[str], time_base: TimeBase) -> Iterator[HistoryEvent]:
-    names: dict[Any, str] = {}
-    counters: dict[str, int] = defaultdict(int)
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if index == len(lines) - 1 or not any(rest.strip() for rest in lines[index + 1 :]):
-                continue  # the torn last line of a killed process
-            raise
-        kind = _LEGACY_KINDS.get(record.get("ev"), record.get("ev"))
-        pid = record.get("pid")
-        if record.get("worker_id") is not None and kind == "worker_start":
-            names[pid] = record["worker_id"]
-        source = record.get("worker_id") or names.get(pid) or f"pid:{pid}"
-        seq = record.get("seq")
-        if seq is None:
-            seq = counters[source]
-        counters[source] = max(counters[source], seq) + 1
-        t = record.get("at") if time_base == "trio" else record.get("t")
-        yield HistoryEvent(
-            kind=str(kind),
-            source=str(source),
-            seq=int(seq),
-            t=float(t if t is not None else math.nan),
-            job_id=record.get("id"),
-            attempt=record.get("attempt"),
-            queue=record.get("queue"),
-            claimed_at=record.get("claimed_at"),
-            claim_expires_at=record.get("claim_expires_at"),
-            lease_until=record.get("lease_until"),
-            error=record.get("error"),
-            op=record.get("op"),
-            claim_token=record.get("claim_token"),
         )
 
 
@@ -614,7 +549,10 @@ def _check_job(
         )
     if last is not None and last.terminal is not None and last.terminal.kind == "dead" and live:
         violate("final_state", f"dead-lettered ({last.terminal.describe()}), yet still live")
-    if live or dead or acked or removed:
+    cancelled = last is not None and last.terminal is not None and last.terminal.kind == "cancelled"
+    if cancelled and (live or dead):  # R15: settled as cancelled, so gone
+        violate("final_state", f"cancelled, yet the store still holds it as {live=}, {dead=}")
+    if live or dead or acked or cancelled or removed:
         return
     if last is not None and last.source not in complete:
         totals.notes.append(
@@ -748,7 +686,7 @@ def _check_across_claims(
                     f"claimed by {first.source} at t={first.t:.3f}: its token was no "
                     "longer current",
                 )
-        if later and claim.terminal is not None and claim.terminal.kind in ("ack", "dead"):
+        if later and claim.terminal is not None and claim.terminal.kind in _FINAL_KINDS:
             violate(
                 "stale_token",
                 f"{claim.terminal.describe()} was accepted, yet attempt {later[0].attempt} was "

@@ -39,6 +39,7 @@ from .._core import (
     StoreStats,
     SweepResult,
 )
+from . import _model_cancel  # Q19.5
 from ._model_backoff import _after, _Stamps, model_backoff_delay_s
 from ._model_history import ModelHistory  # Q19.1-Q19.3
 from ._model_limits import ModelLimits  # Q18.7-Q18.11
@@ -121,8 +122,8 @@ class ReferenceModel:
     ) -> list[Job]:
         """D26: this queue's rows in ``state`` with ids above ``after_id``, by id, the
         first ``limit``."""
-        if state == "completed":
-            return self.kept.listed(queue, after_id)[:limit]
+        if state in ("completed", "cancelled"):
+            return self.kept.listed(queue, state, after_id)[:limit]
         rows = [
             job
             for job in self.jobs()
@@ -541,11 +542,7 @@ class ReferenceModel:
         """Q6: delete each distinct id of this queue that is processing within its
         deadline, whoever holds it; returns how many were deleted."""
         count = 0
-        seen: list[int] = []
-        for job_id in ids:
-            if job_id in seen:
-                continue
-            seen.append(job_id)
+        for job_id in dict.fromkeys(ids):
             job = self._rows.get(job_id)
             if (
                 job is not None
@@ -560,23 +557,27 @@ class ReferenceModel:
                 count += 1
         return count
 
-    def cancel(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
-        """Q7: delete this queue's live row, pending or processing (``now`` is unused:
-        cancel does not depend on time)."""
-        del now
-        job = self._rows.get(job_id)
-        if job is None or job.queue != queue or job.state == "dead":
-            return False
-        del self._rows[job_id]
-        self._count(queue, "cancelled")
-        return True
+    def cancel(self, queue: str, job_id: int, *, now: datetime) -> bool:
+        """Q19.5: cancel this queue's live row (:mod:`._model_cancel`)."""
+        return _model_cancel.cancel(self, queue, job_id, now)
+
+    def settle_cancelled(
+        self, queue: str, claims: Iterable[tuple[int, int]], *, now: datetime
+    ) -> list[int]:
+        """Q19.5: the holders finalize their cancelling claims; the ids finalized."""
+        return _model_cancel.settle(self, queue, claims, now)
+
+    def cancelling_among(self, queue: str, job_ids: Iterable[int]) -> list[int]:
+        """Q19.5: which of these ids are cancelling rows of this queue."""
+        return _model_cancel.among(self, queue, job_ids)
 
     def sweep_expired(self, queue: str, retention_s: float | None, *, now: datetime) -> SweepResult:
-        """Q9: expired live rows go to dead (``"expired"``), then dead rows older than
-        ``retention_s`` are deleted (``None``: never)."""
+        """Q19.5: lapsed cancelling rows are finalized; Q9: expired live rows (never a
+        cancelling one) go to dead, then dead rows past ``retention_s`` are deleted."""
+        cancelled = _model_cancel.sweep(self, queue, now)
         expired = 0
         for job in self._live(queue):
-            if self._expired(job, now):
+            if self._expired(job, now) and job.state != "cancelling":
                 self._kill(job, _EXPIRED, now)
                 expired += 1
         purged = 0
@@ -590,7 +591,7 @@ class ReferenceModel:
                 ):
                     del self._rows[job.id]
                     purged += 1
-        return SweepResult(expired, purged, self.kept.purge(queue, now))
+        return SweepResult(expired, purged, self.kept.purge(queue, now), cancelled)
 
     # -- D24, D25: the operator's redrive and purge -------------------------------------
 

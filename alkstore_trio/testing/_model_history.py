@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 class ModelHistory:
-    """The kept rows (``"completed"``), by id."""
+    """The kept rows (``"completed"``, and Q19.5's ``"cancelled"``), by id."""
 
     def __init__(self) -> None:
         self.rows: dict[int, Job] = {}
@@ -24,6 +24,12 @@ class ModelHistory:
         its stamp ``keep_completed_s`` is set; otherwise it (and its result) is gone."""
         if job.keep_completed_s is not None:
             self.rows[job.id] = replace(job, state="completed", completed_at=now, result=result)
+
+    def cancelled(self, job: Job, now: datetime) -> None:
+        """Q19.5: a job recorded cancelled is kept as ``"cancelled"`` (``completed_at =
+        now``, no result) when its stamp ``keep_completed_s`` is set, as an ack keeps."""
+        if job.keep_completed_s is not None:
+            self.rows[job.id] = replace(job, state="cancelled", completed_at=now, result=None)
 
     def purge(self, queue: str, now: datetime) -> int:
         """Q19.3: delete this queue's kept rows with ``completed_at + keep_completed_s <
@@ -42,10 +48,12 @@ class ModelHistory:
             del self.rows[job_id]
         return len(doomed)
 
-    def listed(self, queue: str, after_id: int | None) -> list[Job]:
-        """D26: this queue's kept rows above ``after_id``, by id."""
+    def listed(self, queue: str, state: str, after_id: int | None) -> list[Job]:
+        """D26: this queue's kept rows in ``state`` above ``after_id``, by id."""
         return [
-            self.rows[job_id]
+            job
             for job_id in sorted(self.rows)
-            if self.rows[job_id].queue == queue and (after_id is None or job_id > after_id)
+            if (job := self.rows[job_id]).queue == queue
+            and job.state == state
+            and (after_id is None or job_id > after_id)
         ]

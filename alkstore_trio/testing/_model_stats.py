@@ -53,4 +53,5 @@ def queue_stats(
         paused=paused,
         limits=limits[0],
         throttled=limits[1],
+        cancelling=sum(1 for job in rows if job.state == "cancelling"),
     )

@@ -41,9 +41,9 @@ NOTABLE = {
         r"^cancel: +job (\d+) has hung for \d+\.\d\d s: the operator cancels it "
         r"\(queue\.cancel\)$"
     ),
-    "lease lost": re.compile(
-        r"^lease lost: job (\d+) attempt 1/3: lost the claim \(heartbeat refused\); "
-        r"the handler is cancelled"
+    "stopped": re.compile(  # R15: the cancel reaches the handler at once
+        r"^stopped: +job (\d+) attempt 1/3: handler stopped \d+\.\d\d s after the cancel; "
+        r"job cancelled$"
     ),
 }
 #: Any SGR (colour) escape; and any escape at all.
@@ -83,9 +83,13 @@ def assert_summary_adds_up(output: str, *, jobs: int) -> dict[str, float]:
     assert summary["enqueued"] == jobs
     # Every job settled, none lost: acked, dead-lettered, or cancelled by the operator.
     assert summary["acked"] + summary["dead-lettered"] + summary["cancelled"] == jobs
-    # Every claim ended exactly once: ack, retry, dead-letter, or a lost lease.
+    # Every claim ended exactly once: ack, retry, dead-letter, cancel or a lost lease.
     assert summary["claims"] == (
-        summary["acked"] + summary["retried"] + summary["dead-lettered"] + summary["lease lost"]
+        summary["acked"]
+        + summary["retried"]
+        + summary["dead-lettered"]
+        + summary["cancelled"]
+        + summary["lease lost"]
     )
     assert summary["timed out"] <= summary["retried"]
     groups = [m for line in output.splitlines() if (m := DEAD_GROUP.match(line))]
@@ -137,14 +141,15 @@ def test_demo_command_shows_each_notable_event_in_one_line_and_a_summary_that_ad
     assert ESCAPE not in output
     for kind in NOTABLE:
         assert notable_lines(output, kind), f"no {kind} line in:\n{output}"
-    # The operator's cancel is what the worker then finds as a lost lease, in that order.
+    # The operator's cancel stops that job's handler (R15), in that order.
     (cancel,) = notable_lines(output, "cancel")
-    (lost,) = notable_lines(output, "lease lost")
-    assert cancel[1] == lost[1]
-    assert output.index(cancel[0]) < output.index(lost[0])
+    (stopped,) = notable_lines(output, "stopped")
+    assert cancel[1] == stopped[1]
+    assert output.index(cancel[0]) < output.index(stopped[0])
     assert re.search(r"^progress: +300/300 settled, ", output, re.MULTILINE)
     summary = assert_summary_adds_up(output, jobs=300)
-    assert summary["timed out"] == summary["cancelled"] == summary["lease lost"] == 1
+    assert summary["timed out"] == summary["cancelled"] == 1
+    assert summary["lease lost"] == 0
     assert summary["wall time"] < 5.0, "the demo must finish in a few seconds"
     # The sample output in the CLI reference is what the defaults really print.
     reference = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
@@ -157,7 +162,7 @@ def test_demo_python_dash_m_exits_0_with_a_summary_that_adds_up(run_command):
     args = [sys.executable, "-m", "alkstore_trio", "demo", "--jobs", "1", "--workers", "2"]
     result = run_command(args)
     assert result.returncode == 0, result.stderr
-    assert notable_lines(result.stdout, "lease lost")
+    assert notable_lines(result.stdout, "stopped")
     assert_summary_adds_up(result.stdout, jobs=1)
 
 
@@ -166,7 +171,8 @@ def test_demo_in_virtual_time_shows_every_notable_event_and_settles_every_job():
     assert_summary_adds_up(output, jobs=300)
     assert summary.live == 0
     assert summary.settled == summary.jobs == 300
-    assert summary.timed_out == summary.lease_lost == len(summary.cancelled) == 1
+    assert summary.timed_out == len(summary.cancelled) == 1
+    assert summary.lease_lost == 0
     assert {error for _, error in summary.dead} == {POISON, MALFORMED}
     for kind in NOTABLE:
         assert notable_lines(output, kind), f"no {kind} line in:\n{output}"
@@ -206,7 +212,8 @@ def test_demo_settles_every_job_of_tiny_runs(jobs):
     summary, output = run_in_virtual_time(jobs=jobs, workers=2)
     assert_summary_adds_up(output, jobs=jobs)
     assert summary.live == 0
-    assert len(summary.cancelled) == summary.lease_lost == 1
+    assert len(summary.cancelled) == 1
+    assert summary.lease_lost == 0  # R15: the cancel reached the handler
     assert summary.timed_out == (jobs >= 2)
     assert len(summary.dead) == (jobs >= 3)
 

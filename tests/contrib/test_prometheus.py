@@ -73,6 +73,7 @@ def counters(registry, **labels):
         "dead_lettered",
         "released",
         "lease_lost",
+        "cancelled",
     ]
     return {name: sample(registry, f"alkstore_jobs_{name}_total", **labels) for name in names}
 
@@ -92,7 +93,8 @@ async def test_r9_metrics_count_every_outcome_of_a_run(autojump_clock, store):
         "retried": 3,
         "dead_lettered": 1,
         "released": 0,
-        "lease_lost": 1,
+        "lease_lost": 0,
+        "cancelled": 1,
     }
     assert sample(registry, "alkstore_handler_errors_total", queue="q") == 1
     assert sample(registry, "alkstore_handler_timeouts_total", queue="q") == 1
@@ -108,6 +110,7 @@ async def test_r9_metrics_count_every_outcome_of_a_run(autojump_clock, store):
         "dead_lettered": stats.dead_lettered,
         "released": stats.released,
         "lease_lost": stats.lease_lost,
+        "cancelled": stats.cancelled,
     }
     assert stats.events_dropped == 0
 
@@ -123,7 +126,7 @@ async def test_r9_run_time_histogram_measures_start_to_finish(autojump_clock, st
     name = "alkstore_job_run_seconds"
     assert sample(registry, f"{name}_count", queue="q") == CLAIMS
     assert sample(registry, f"{name}_sum", queue="q") == pytest.approx(RUN_TIME_S, abs=1e-6)
-    # Nine runs of 1 s, lost's 10 s, slow's 50 s.
+    # Nine runs of 1 s, cancel's 10 s, slow's 50 s.
     assert sample(registry, f"{name}_bucket", queue="q", le="0.5") == 0
     assert sample(registry, f"{name}_bucket", queue="q", le="1.0") == 9
     assert sample(registry, f"{name}_bucket", queue="q", le="10.0") == 10
@@ -559,12 +562,12 @@ async def test_d27_queue_counters_agree_with_worker_metrics_on_one_registry(auto
         await wait_until(lambda: scenario_done(worker))
     assert await queue_stats.poll()
     # What the worker did, counted from its events, and what the store counted: the
-    # same acks and deaths. ``lost`` cancelled its own job, which only the store counts
-    # (the worker saw a lost lease).
+    # same acks, deaths and cancels (R15: ``cancel`` cancelled its own job, and its
+    # worker settled it as cancelled).
     assert totals(registry, "q") == {"acked": 6, "dead_lettered": 1, "cancelled": 1}
     assert counters(registry, queue="q")["acked"] == 6
     assert counters(registry, queue="q")["dead_lettered"] == 1
-    assert counters(registry, queue="q")["lease_lost"] == 1
+    assert counters(registry, queue="q")["cancelled"] == 1
     text = generate_latest(registry).decode()
     assert 'alkstore_jobs_acked_total{queue="q"} 6.0' in text
     assert 'alkstore_queue_acked_total{queue="q"} 6.0' in text

@@ -36,8 +36,8 @@ def test_q19_3_the_purge_takes_the_oldest_due_rows_first_a_batch_at_a_time():
     assert (history.get(3), history.get(1) is not None) == (None, True)
     assert history.purge("q", later, batch=1) == 1
     assert history.purge("q", later, batch=1) == 0  # job 4 is not due
-    assert [job.id for job in history.list_jobs("q", 10, None)] == [4]
-    assert [job.id for job in history.list_jobs("other", 10, None)] == [5]
+    assert [job.id for job in history.list_jobs("q", "completed", 10, None)] == [4]
+    assert [job.id for job in history.list_jobs("other", "completed", 10, None)] == [5]
     assert len(history) == 2
 
 

@@ -130,7 +130,7 @@ def test_q8_jobs_lists_live_and_dead_rows_in_id_order():
     assert [j.id for j in table.jobs()] == [first, second, third]
     assert [j.state for j in table.jobs()] == ["dead", "pending", "pending"]
     assert len(table) == 3
-    table.cancel("q", second)
+    table.cancel("q", second, T0)
     assert len(table) == 2
 
 
@@ -648,33 +648,50 @@ def test_r2_retry_and_fail_claims_apply_a_job_listed_twice_once_by_its_first_val
     assert table.get(failed, "q").last_error == "first"  # type: ignore[union-attr]
 
 
-# -- Q7 cancel -----------------------------------------------------------------------------
+# -- Q19.5 cancel --------------------------------------------------------------------------
 
 
-def test_q7_cancel_deletes_pending_and_processing_but_not_dead():
+def test_q19_5_cancel_finalizes_pending_marks_processing_and_leaves_dead():
     table = JobTable()
     waiting = add(table, delay_s=100)
     held = add(table)
     (job,) = table.claim("q", "w", 1, T0)
     assert job.id == held
-    assert table.cancel("q", waiting)
-    assert table.cancel("q", held)
-    assert not table.cancel("q", held)
+    assert table.cancel("q", waiting, T0) == (True, False)  # finalized, nobody to tell
+    assert table.get(waiting, "q") is None
+    assert table.cancel("q", held, T0) == (True, True)  # cancelling, its holder told
+    assert table.cancel("q", held, T0) == (True, True)  # and told again
+    assert table.get(held, "q").state == "cancelling"  # type: ignore[union-attr]
     assert not bool(table.ack("q", [Claim(held, job.claim_token)], at(1))), (
         "the holder's ack is refused"
     )
+    assert table.cancelling_among("q", [held, waiting, held]) == [held]
+    assert table.settle_cancelled("q", [Claim(held, job.claim_token)], at(1)) == [held]
+    assert table.cancel("q", held, at(1)) == (False, False)
     dead_id = add(table)
     (dying,) = table.claim("q", "w", 1, T0)
     table.fail("q", [FailItem(dead_id, dying.claim_token, None)], T0)[0]
-    assert not table.cancel("q", dead_id)
+    assert table.cancel("q", dead_id, T0) == (False, False)
     assert table.get(dead_id, "q") is not None
-    assert not table.cancel("q", 12345)
+    assert table.cancel("q", 12345, T0) == (False, False)
 
 
-def test_q7_cancel_is_scoped_to_the_queue():
+def test_q19_5_a_cancelling_row_survives_a_clock_set_back_and_lapses_to_the_sweep():
+    table = JobTable()
+    job_id = add(table, visibility_timeout_s=10)
+    assert ids(table.claim("q", "w", 1, at(5))) == [job_id]
+    assert table.cancel("q", job_id, at(6)) == (True, True)
+    # A clock set back rebuilds the heaps: the cancelling row stays out of every claim.
+    assert table.claim("q", "w", 10, at(1)) == []
+    assert table.claim("q", "w", 10, at(30)) == []
+    assert table.sweep_expired("q", None, at(30)) == SweepResult(0, 0, cancelled=1)
+    assert table.get(job_id, "q") is None
+
+
+def test_q19_5_cancel_is_scoped_to_the_queue():
     table = JobTable()
     job_id = add(table, queue="a")
-    assert not table.cancel("b", job_id)
+    assert table.cancel("b", job_id, T0) == (False, False)
     assert table.get(job_id, "a") is not None
 
 
@@ -707,7 +724,7 @@ def test_q9_sweep_skips_rows_that_already_left():
     cancelled = add(table, expires_in_s=10)
     (job,) = table.claim("q", "w", 1, T0)
     bool(table.ack("q", [Claim(acked, job.claim_token)], T0))
-    table.cancel("q", cancelled)
+    table.cancel("q", cancelled, T0)
     assert table.sweep_expired("q", None, at(11)) == SweepResult(0, 0)
 
 
@@ -823,8 +840,9 @@ def test_q3_finished_jobs_are_never_resurrected(how):
     (job,) = table.claim("q", "w", 1, T0)
     for i in range(20):
         bool(table.heartbeat("q", [Claim(job_id, job.claim_token)], 1 + i, at(0.5)))
-    if how == "cancel":
-        assert table.cancel("q", job_id)
+    if how == "cancel":  # Q19.5: cancelling, then settled by its holder
+        assert table.cancel("q", job_id, at(1)) == (True, True)
+        assert table.settle_cancelled("q", [Claim(job_id, job.claim_token)], at(1)) == [job_id]
     elif how == "ack":
         assert bool(table.ack("q", [Claim(job_id, job.claim_token)], at(1)))
     elif how == "fail":
@@ -847,8 +865,8 @@ def test_q3_cancelled_pending_and_delayed_rows_are_never_handed_out():
     ready = add(table)
     delayed = add(table, delay_s=10)
     keep = add(table, priority=-1)
-    table.cancel("q", ready)
-    table.cancel("q", delayed)
+    table.cancel("q", ready, T0)
+    table.cancel("q", delayed, T0)
     assert drain(table, at(20)) == [keep]
 
 

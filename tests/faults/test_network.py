@@ -200,8 +200,12 @@ async def test_r6_r8_cut_network_worker_stops_its_handler_as_the_lease_lapses(
             timeout_s=30,
             what="the cut-off worker to run a job again",
         )
-        await queue.cancel(again)
-        assert await fleet.count("jobs") == 0
+        assert await queue.cancel(again)
+
+        async def settled():  # R15: its worker stops the handler and settles the cancel
+            return await fleet.count("jobs") == 0
+
+        await fleet.wait_until(settled, timeout_s=30, what="the cancelled job to be settled")
         cut.terminate()
         assert await cut.wait_exit() == 0, cut.stderr()
         report = await fleet.check_history([job_id, again], removed=[again])

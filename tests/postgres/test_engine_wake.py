@@ -348,3 +348,53 @@ async def test_r4_listen_must_be_a_bool(pg_dsn, schema):
     with pytest.raises(InvalidArgument, match="listen"):
         async with open_store(pg_dsn, schema=schema, listen="no"):
             pass
+
+
+async def test_q19_5_a_cancel_announces_the_job_to_the_queues_listeners_and_wakes_no_one(
+    pg_dsn, schema
+):
+    # Q19.5/R15: cancelling a processing job NOTIFYs 'cancel:<id>' on its queue's wake
+    # channel; a listener of the queue gets the id (take_cancels), not a wake, and a
+    # listener of another queue gets nothing. A second cancel announces it again; the
+    # cancel of a pending job announces nothing (nobody holds it).
+    async with (
+        open_pg(pg_dsn, schema) as store_a,
+        open_pg(pg_dsn, schema) as store_b,
+        store_a.open_wake_listener("c1") as mine,
+        store_a.open_wake_listener("c2") as other,
+    ):
+        queue = store_b.queue("c1")
+        running, pending = await queue.enqueue_many([b"running", b"pending"])
+        assert await wait_for(mine, "c1") == {"c1"}
+        handle = await queue.claim_one("w")
+        assert handle is not None
+        assert handle.id == running
+        for _ in range(2):
+            assert await queue.cancel(running)
+            with trio.fail_after(10):
+                assert await mine.wait() == frozenset()  # an announcement, not a wake
+            assert mine.take_cancels() == {running}
+        assert await queue.cancel(pending)
+        await queue.enqueue(b"barrier")  # notifications arrive in commit order
+        assert await wait_for(mine, "c1") == {"c1"}
+        assert mine.take_cancels() == frozenset()
+        assert await other.wait(0) == frozenset()
+        assert other.take_cancels() == frozenset()
+        assert not mine.take_resync()
+
+
+async def test_q19_5_a_reconnected_listen_session_asks_for_a_resync(pg_dsn, schema):
+    # R15.2: announcements sent while the LISTEN session was down are lost: after the
+    # reconnect every listener is told once (take_resync), beside the wake-everyone.
+    consumer_app = app_name()
+    async with (
+        open_pg(pg_dsn, schema, application_name=consumer_app) as store,
+        store.open_wake_listener("r1") as listener,
+    ):
+        assert not listener.take_resync()
+        (old_pid,) = await sessions(pg_dsn, consumer_app + ":listen")
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+        assert await wait_for(listener, "r1") == {"r1"}
+        assert listener.take_resync()
+        assert not listener.take_resync()  # once

@@ -374,7 +374,21 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
-        "cancel": [("pending", {"id": data.pending_id, "queue": QUEUE})],
+        "cancel": [  # Q19.5: a pending row is finalized, a processing one announced
+            ("pending", {"id": data.pending_id, "queue": QUEUE, "channel": "alk/x/y"}),
+            ("processing", {"id": data.processing_ids[0], "queue": QUEUE, "channel": "alk/x/y"}),
+        ],
+        "settle_cancelled": [
+            (
+                "pairs",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                },
+            )
+        ],
+        "cancelling_among": [("ids", {"queue": QUEUE, "ids": data.processing_ids})],
         "get_job": [
             ("live", {"id": data.pending_id, "queue": QUEUE, "inline_max": SLICE}),
             ("dead", {"id": data.dead_id, "queue": QUEUE, "inline_max": SLICE}),
@@ -414,7 +428,10 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
-        "list_completed": [("first page", {"queue": QUEUE, "after_id": 0, "limit": 100})],
+        "list_completed": [
+            ("first page", {"queue": QUEUE, "state": "completed", "after_id": 0, "limit": 100}),
+            ("cancelled", {"queue": QUEUE, "state": "cancelled", "after_id": 0, "limit": 100}),
+        ],
         # Q19.3: one batch of the purge.
         "purge_completed": [("a batch", {"queue": QUEUE, "batch": 5000})],
         "sweep_expired": [
@@ -947,8 +964,9 @@ COUNTING_QUERIES = {
     "fail": {"dead_lettered"},
     "retry_claims": {"dead_lettered"},
     "fail_claims": {"dead_lettered"},
-    "sweep_expired": {"dead_lettered"},
+    "sweep_expired": {"dead_lettered", "cancelled"},  # Q19.5: lapsed cancelling rows
     "cancel": {"cancelled"},
+    "settle_cancelled": {"cancelled"},  # Q19.5
 }
 _COUNTER_UPSERT = re.compile(
     r"INSERT INTO \S+\.queue_counters AS c \(queue, shard, acked, dead_lettered, cancelled\) "
@@ -1006,11 +1024,12 @@ def test_d27_exactly_the_statements_that_move_jobs_out_count_them(name: str):
 def test_d22_explain_stats_reads_only_the_partial_indexes(
     loaded: Loaded, explain_conn: psycopg.Connection[Any]
 ):
-    # D22: stats finds the queues by skip scans and counts through the claim, lease and
-    # retention indexes, never a scan of a whole table. Counting is still proportional to
-    # the rows counted: an index-only scan where the visibility map allows, else index
-    # entries plus the heap pages they point to (a bitmap heap scan). D27: the counters
-    # are summed from the small counter table, through its primary key or not.
+    # D22: stats finds the queues by skip scans and counts through the claim, lease,
+    # cancelling and retention indexes, never a scan of a whole table. Counting is still
+    # proportional to the rows counted: an index-only scan where the visibility map
+    # allows, else index entries plus the heap pages they point to (a bitmap heap scan).
+    # D27: the counters are summed from the small counter table, through its primary key
+    # or not.
     query = _sql.queries(loaded.schema)["stats"]
     allowed = {
         "jobs_claim_idx",
@@ -1018,6 +1037,7 @@ def test_d22_explain_stats_reads_only_the_partial_indexes(
         "dead_jobs_retention_idx",
         "queue_counters_pkey",
         "queue_controls_pkey",  # Q18: the paused flag of each queue
+        "jobs_cancelling_idx",  # Q19.5: the cancelling rows (none in the usual case)
     }
     for mode in MODES:
         for variant, params in params_for("stats", loaded):

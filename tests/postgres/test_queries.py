@@ -82,7 +82,7 @@ FRAGMENT_USERS = {
     "count_moves": {
         "ack", "ack_batch", "ack_claims", "ack_claims_and_claim", "claim", "claim_limited",
         "claim_per_key", "retry", "fail",
-        "retry_claims", "fail_claims", "sweep_expired", "cancel",
+        "retry_claims", "fail_claims", "sweep_expired", "cancel", "settle_cancelled",
         "complete_claims", "complete_claims_and_claim",  # Q19.1
     },
     "job_fields": {
@@ -94,7 +94,10 @@ FRAGMENT_USERS = {
     "inline_result": {"get_job", "find_job"},  # Q19.1: a large result read apart
     "read_tail": {"get_job", "find_job"},  # Q8/Q19.2: what a read of one job adds
     # Q19.2: the moving ack (the kept rows' insert, and the delete it feeds).
-    "keep_rows": {"ack_batch", "complete_claims", "complete_claims_and_claim"},
+    "keep_rows": {
+        "ack_batch", "complete_claims", "complete_claims_and_claim",
+        "cancel", "settle_cancelled", "sweep_expired",  # Q19.5, through finalize_cancelled
+    },
     "complete_delete": {"complete_claims", "complete_claims_and_claim"},
     "claim_gate": {"claim", "ack_claims_and_claim", "complete_claims_and_claim"},  # Q18
     "claim_candidates": {
@@ -114,6 +117,8 @@ FRAGMENT_USERS = {
     "ack_claims_delete": {"ack_claims", "ack_claims_and_claim"},
     "new_jobs": {"enqueue_many", "enqueue_one", "enqueue_unique"},
     "redrive": {"requeue_dead", "requeue_dead_all"},
+    # Q19.5: the one place a job becomes cancelled.
+    "finalize_cancelled": {"cancel", "settle_cancelled", "sweep_expired"},
     # the core's, not queries.sql's:
     "claim_order": {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "next_due",
@@ -192,6 +197,7 @@ CONTRACT_WORDS |= {
     "purge_completed",
 }  # fmt: skip
 CONTRACT_WORDS |= {"release_claims"}  # Q19.8
+CONTRACT_WORDS |= {"settle_cancelled", "cancelling_among"}  # Q19.5
 
 
 def test_queries_statements_are_named_after_the_contract():

@@ -238,16 +238,19 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "pg_advisory_xact_lock" in enqueue_def
     assert "pg_notify(channel, due)" in enqueue_def
     assert "Q20.4" in from_migrations["functions"][1][3]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 21
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 22
     assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 21
+    # Q19.5: when a processing job's cancel was asked for, last in jobs (a live job's only).
+    *_, requested = [row for row in from_migrations["columns"] if row[0] == "jobs"]
+    assert requested[1:5] == ("cancel_requested_at", "timestamp with time zone", False, None)
+    assert "WHERE (state = 'cancelling'::text)" in indexes["jobs_cancelling_idx"]
     # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key, (Q19.8)
-    # the claim token and (Q19.2) the stamp keep_completed_s, last in both tables: a jsonb
-    # object that defaults to '{}', and nullable columns without a default (catalog-only
-    # adds).
+    # the claim token and (Q19.2) the stamp keep_completed_s, last in both tables (before
+    # jobs' cancel_requested_at): a jsonb object that defaults to '{}', and nullable
+    # columns without a default (catalog-only adds).
     for table in ("jobs", "dead_jobs"):
-        *_, headers, key, group, token, keep = [
-            row for row in from_migrations["columns"] if row[0] == table
-        ]
+        columns = [row for row in from_migrations["columns"] if row[0] == table]
+        *_, headers, key, group, token, keep = columns[:21]
         assert headers[1:5] == ("headers", "jsonb", True, "'{}'::jsonb"), headers
         assert key[1:5] == ("unique_key", "text", False, None), key
         assert group[1:5] == ("concurrency_key", "text", False, None), group
@@ -701,3 +704,57 @@ async def test_schema_a_role_that_owns_a_precreated_schema_can_migrate_it(pg_dsn
         drop_schemas(pg_dsn, schema)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+async def test_q19_5_the_cancelling_migration_swaps_the_state_check_without_a_rewrite(
+    pg_dsn, admin, schemas
+):
+    # A schema one version before the two-phase cancel, with a pending and a processing
+    # row: the migration adds a column and an index and swaps the CHECK on jobs.state
+    # (NOT VALID, then VALIDATE): the jobs table keeps its storage file, the new CHECK is
+    # validated and named as before, and the processing row can then become cancelling.
+    schema = new_schema_name("cancel")
+    schemas.append(schema)
+    await create_at_version(admin, schema, LATEST - 1)
+    quoted = _sql.quote_ident(schema)
+    await admin.execute(
+        f"INSERT INTO {quoted}.jobs (queue, payload, priority, state, attempts, max_attempts, "
+        "run_at, enqueued_at, visibility_timeout_s, backoff_base_s, claimed_by, claimed_at, "
+        "claim_expires_at, claim_token) VALUES "
+        "('old', '\\x00', 0, 'pending', 0, 3, now(), now(), 300, 5, NULL, NULL, NULL, NULL), "
+        "('old', '\\x00', 0, 'processing', 1, 3, now(), now(), 300, 5, 'w', now(), "
+        "now() + interval '1 hour', 77)"
+    )
+    files = await relfilenodes(admin, schema)
+    assert await _schema.migrate(admin, schema) == (LATEST - 1, LATEST)
+    assert await relfilenodes(admin, schema) == files, "the migration rewrote a job table"
+    ((definition, validated),) = await admin.execute(
+        "SELECT pg_get_constraintdef(co.oid), co.convalidated FROM pg_catalog.pg_constraint co "
+        "JOIN pg_catalog.pg_namespace AS n ON n.oid = co.connamespace "
+        "WHERE co.conname = 'jobs_state_check' AND n.nspname = %s",
+        [schema],
+    )
+    assert validated
+    assert "cancelling" in definition
+    # Q19.5 with Q19.2: completed_jobs' CHECK is swapped the same way, to keep 'cancelled'.
+    ((kept_definition, kept_validated),) = await admin.execute(
+        "SELECT pg_get_constraintdef(co.oid), co.convalidated FROM pg_catalog.pg_constraint co "
+        "JOIN pg_catalog.pg_namespace AS n ON n.oid = co.connamespace "
+        "WHERE co.conname = 'completed_jobs_state_check' AND n.nspname = %s",
+        [schema],
+    )
+    assert kept_validated
+    assert "'cancelled'" in kept_definition
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_state_check"):
+        await admin.execute(f"UPDATE {quoted}.jobs SET state = 'completed' WHERE state = 'pending'")
+    async with alkstore_trio.open_store(pg_dsn, schema=schema) as store:
+        old = store.queue("old")
+        (processing,) = await old.list_jobs("processing")
+        assert await old.cancel(processing.id)
+        (cancelling,) = await old.list_jobs("cancelling")
+        assert cancelling.id == processing.id
+        ((requested,),) = await admin.execute(
+            f"SELECT cancel_requested_at IS NOT NULL FROM {quoted}.jobs WHERE id = %s",
+            [processing.id],
+        )
+        assert requested

@@ -261,7 +261,7 @@ async def test_r5_a_trio_function_marked_asyncio_retries_with_an_error_naming_th
 # --- R6: a lost lease ---------------------------------------------------------------------
 
 
-async def test_r6_lease_lost_cancels_asyncio_handler(autojump_clock, store):
+async def test_r15_cancel_reaches_an_asyncio_handler_at_once(autojump_clock, store):
     queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
     job_id = await queue.enqueue(b"x")
     body = AsyncioRecorder(hang)
@@ -271,12 +271,15 @@ async def test_r6_lease_lost_cancels_asyncio_handler(autojump_clock, store):
         await trio.sleep(1)
         assert await queue.cancel(job_id)
         await wait_until(lambda: worker.statistics().in_flight == 0)
-    # The first heartbeat (a third of the visibility timeout) is refused: the handler
-    # is cancelled at once, its cleanup runs, and nothing else is tried for the claim.
-    assert body.cancelled == [(job_id, approx(10.0))]
-    assert body.cleaned_up == [(job_id, approx(11.0))]
+    # The cancel's announcement cancels the handler at once (not at the first refused
+    # heartbeat, a third of the visibility timeout later); its cleanup runs, and the job
+    # is recorded cancelled.
+    assert body.cancelled == [(job_id, approx(1.0))]
+    assert body.cleaned_up == [(job_id, approx(2.0))]
     stats = worker.statistics()
-    assert (stats.acked, stats.retried, stats.released, stats.lease_lost) == (0, 0, 0, 1)
+    assert (stats.acked, stats.retried, stats.released, stats.lease_lost) == (0, 0, 0, 0)
+    assert stats.cancelled == 1
+    assert await queue.get_job(job_id) is None
 
 
 async def test_r6_heartbeats_keep_a_long_asyncio_handler_alive(autojump_clock, store):
@@ -705,7 +708,7 @@ async def test_r5_r6_r7_asyncio_handlers_on_postgresql(pg_dsn, pg_schema):
                 )
                 # A lost lease cancels the asyncio handler at the next heartbeat.
                 await wait_until(lambda: b"lost" in running_now, step=0.05)
-                assert await queue.cancel(lost)
+                assert await queue.ack_batch([lost]) == 1  # Q6: the claim is gone
                 await wait_until(lambda: worker.statistics().lease_lost == 1, step=0.05)
                 await wait_until(lambda: b"lost" in cancelled, step=0.05)
                 # A handler still running at stop is cancelled after the grace and released.

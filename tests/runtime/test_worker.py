@@ -215,7 +215,8 @@ async def test_r6_lost_lease_cancels_the_handler(autojump_clock, store):
     async with running(worker):
         await wait_until(lambda: handler.starts)
         await trio.sleep(1)
-        assert await queue.cancel(job_id)
+        # Q6: the row is acked by someone else (no token check): the claim is gone.
+        assert await queue.ack_batch([job_id]) == 1
         await wait_until(lambda: worker.statistics().lease_lost == 1)
         # The first heartbeat (a third of the visibility timeout) is refused: the handler
         # is cancelled at once, and no other operation is attempted for the claim.
@@ -232,7 +233,7 @@ async def test_r6_explicit_heartbeat_interval(autojump_clock, store):
     worker = Worker(store, {queue: handler}, heartbeat_interval_s=2, poll_interval_s=1000)
     async with running(worker):
         await wait_until(lambda: handler.starts)
-        await queue.cancel(job_id)
+        await queue.ack_batch([job_id])  # Q6: the claim is gone
         await wait_until(lambda: handler.cancelled)
     assert handler.cancelled == [(job_id, approx(2.0))]
 
@@ -270,7 +271,7 @@ async def test_r6_a_refused_outcome_counts_as_lease_lost(autojump_clock, store):
     worker = Worker(store, {queue: Recorder(action)}, poll_interval_s=1000)
     async with running(worker):
         await trio.sleep(1)
-        assert await queue.cancel(job_id)
+        assert await queue.ack_batch([job_id]) == 1  # Q6: the claim is gone
         cancelled.set()
         await wait_until(lambda: worker.statistics().in_flight == 0)
     stats = worker.statistics()
@@ -1090,7 +1091,7 @@ async def test_r9_lease_loss_and_timeouts_appear_on_the_stream(autojump_clock, s
 
     async def action(job):
         if job.payload == b"lost":
-            await queue.cancel(job.id)  # the claim is gone: the next heartbeat is refused
+            await queue.ack_batch([job.id])  # the claim is gone: the next heartbeat is refused
         await trio.sleep_forever()
 
     worker = Worker(store, {queue: Recorder(action)}, job_timeout_s=50, poll_interval_s=1000)

@@ -443,7 +443,8 @@ HOSTILE_PATH_CHECKS = [
     "q13_retry_handles_retries_valid_claims_and_refuses_stale_ones",
     "q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones",
     "q6_ack_batch_deletes_only_valid_claims_of_this_queue",
-    "q7_cancel_deletes_a_processing_row_and_refuses_its_holder",
+    "q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder",
+    "q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key",
     "q8_get_job_shows_every_field",
     "q9_sweep_dead_letters_expired_pending_and_processing_rows",
     "q9_retention_purges_dead_rows_after_the_retention",
@@ -630,7 +631,7 @@ class TrioClock:
 
 
 async def _worker_run_at_debug(store, *, job_timeout_s: float, vt_s: float) -> Worker:
-    """Every outcome once: ack, Retry, Fail, an exception, a timeout, a lost lease."""
+    """Every outcome once: ack, Retry, Fail, an exception, a timeout, a cancel (R15)."""
     opts = QueueOpts(visibility_timeout_s=vt_s, max_attempts=2, backoff_base_s=0)
     queue = store.queue("leaky", opts)
     kinds = [b"ok", b"retry", b"fail", b"raise", b"slow", b"cancel"]
@@ -687,8 +688,9 @@ async def test_security_payloads_never_appear_in_logs_memory(autojump_clock, cap
     async with open_store("memory://", clock=TrioClock()) as store:
         worker = await _worker_run_at_debug(store, job_timeout_s=5, vt_s=2)
     stats = worker.statistics()
-    # ok acked; retry, fail, raise and slow (timed out twice) dead at max_attempts=2.
-    assert (stats.acked, stats.dead_lettered, stats.timed_out, stats.lease_lost) == (1, 4, 2, 1)
+    # ok acked; retry, fail, raise and slow (timed out twice) dead at max_attempts=2; the
+    # cancelled job's handler stopped at once (R15).
+    assert (stats.acked, stats.dead_lettered, stats.timed_out, stats.cancelled) == (1, 4, 2, 1)
     assert len(caplog.records) > 20
     _assert_no_payload_logged(caplog)
     figures.record(log_records_checked=len(caplog.records))
@@ -703,9 +705,9 @@ async def test_security_payloads_never_appear_in_logs_postgres(pg_dsn, caplog, f
         # The harness's clock is frozen: leases never lapse; timeouts come from trio.
         worker = await _worker_run_at_debug(store, job_timeout_s=0.3, vt_s=60)
     stats = worker.statistics()
-    # slow times out twice; the cancelled job times out before its first heartbeat, and
-    # its retry is refused (lease lost).
-    assert (stats.acked, stats.dead_lettered, stats.timed_out, stats.lease_lost) == (1, 4, 3, 1)
+    # slow times out twice; the cancelled job's handler stopped at once (R15), well before
+    # its timeout.
+    assert (stats.acked, stats.dead_lettered, stats.timed_out, stats.cancelled) == (1, 4, 2, 1)
     assert len(caplog.records) > 20
     _assert_no_payload_logged(caplog)
     figures.record(log_records_checked=len(caplog.records))

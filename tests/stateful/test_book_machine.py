@@ -25,9 +25,11 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from alkstore_trio._runtime._book import ACK, ClaimBook, ClaimState, Outcome, Verdict
+from alkstore_trio._runtime._book import ACK, CANCELLED, ClaimBook, ClaimState, Outcome, Verdict
 
 QUEUES = ("a", "b")
+#: Claims whose job actor has yet to end.
+_ACTIVE = (ClaimState.STARTING, ClaimState.RUNNING, ClaimState.CANCELLING, ClaimState.ABORTING)
 VT_S = 30.0
 
 
@@ -140,10 +142,13 @@ class BookMachine(RuleBasedStateMachine):
     @rule(batch=claims, result=st.one_of(st.none(), RESULTS), deadline=st.booleans())
     def finish(self, batch, result, deadline):
         for claim in batch:
-            if claim.state in (ClaimState.STARTING, ClaimState.RUNNING, ClaimState.CANCELLING):
+            if claim.state in _ACTIVE:
                 ran = claim.state is not ClaimState.STARTING
+                aborting = claim.state is ClaimState.ABORTING
                 hit = deadline and ran and self.now >= claim.lease_until
                 self.book.finished(claim, result if ran else None, deadline_hit=hit)
+                if aborting:  # R15: whatever the handler did, the outcome is cancelled
+                    assert (claim.state, claim.outcome) == (ClaimState.FINISHED, CANCELLED)
 
     @rule(batch=claims)
     def report(self, batch):
@@ -156,6 +161,25 @@ class BookMachine(RuleBasedStateMachine):
                     assert claim.state is ClaimState.SETTLING
                 else:
                     assert claim not in self.book.claims
+
+    # --- R15: cancel announcements --------------------------------------------------------
+
+    @rule(batch=claims, unknown=st.booleans())
+    def cancel_announced(self, batch, unknown):
+        before = {claim: claim.state for claim in batch}
+        ids = [claim.handle.job.id for claim in batch] + ([10**9] if unknown else [])
+        aborted, unstarted = self.book.cancel_requested(ids, self.now)
+        for claim, state in before.items():
+            if state in (ClaimState.RUNNING, ClaimState.CANCELLING):
+                assert claim in aborted
+                assert claim.state is ClaimState.ABORTING
+            elif state is ClaimState.STARTING:
+                assert claim in unstarted
+                assert claim.state is ClaimState.FINISHED
+                assert not self.book.start(claim, self.now)  # it never starts
+            else:
+                assert claim.state is state  # finished, settling, lost, done: as they were
+        assert len(aborted) + len(unstarted) == len(set(aborted) | set(unstarted))
 
     # --- heartbeats ----------------------------------------------------------------------
 
@@ -172,7 +196,10 @@ class BookMachine(RuleBasedStateMachine):
 
     # --- outcome statements --------------------------------------------------------------
 
-    @rule(answer=st.sampled_from(["accepted", "refused", "failed"]), acks=st.booleans())
+    @rule(
+        answer=st.sampled_from(["accepted", "refused", "refused_cancelled", "failed"]),
+        acks=st.booleans(),
+    )
     def settle(self, answer, acks):
         groups = self.book.settle_groups(list(self.book.claims))
         for (queue, kind), group in groups.items():
@@ -184,7 +211,12 @@ class BookMachine(RuleBasedStateMachine):
             if kind == "ack" and acks:
                 fused = self.book.fused_claim_size(queue, len(group))
             for claim in group:
-                self.book.settled(claim, answer == "accepted")
+                # R15: a refused outcome the dispatcher then settled as cancelled.
+                cancelled = answer == "refused_cancelled"
+                result = self.book.settled(claim, answer == "accepted", cancelled=cancelled)
+                assert (result == "cancelled") == (
+                    cancelled or (answer == "accepted" and kind == "cancelled")
+                )
             if fused:
                 self.book.claimed(
                     queue, self._handles(queue, fused), fused, sent_at=self.now, now=self.now
@@ -221,7 +253,17 @@ class BookMachine(RuleBasedStateMachine):
         c = self.book.counts
         held = sum(claim.state is not ClaimState.LOST for claim in self.book.claims)
         ended = c["acked"] + c["retried"] + c["dead_lettered"] + c["released"] + c["lease_lost"]
+        ended += c["cancelled"]
         assert c["claimed"] == ended + held
+
+    @invariant()
+    def r15_once_announced_the_outcome_is_cancelled(self):
+        for claim in self.book.claims:
+            if claim.aborted_at is not None and claim.state is not ClaimState.ABORTING:
+                assert claim.state in (ClaimState.FINISHED, ClaimState.SETTLING)
+                assert claim.outcome is CANCELLED
+            if claim.state is ClaimState.ABORTING:
+                assert claim not in self.book.renewable([claim]).get(claim.queue, [])
 
     @invariant()
     def a_stopping_book_claims_nothing(self):

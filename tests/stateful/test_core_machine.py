@@ -269,7 +269,24 @@ class CoreAgainstModel(RuleBasedStateMachine):
     @rule(queue=queues, data=st.data())
     def cancel(self, queue, data):
         job_id = data.draw(self._ids(), label="job_id")
-        assert self.table.cancel(queue, job_id) == self.model.cancel(queue, job_id, now=self.now)
+        cancelled, announce = self.table.cancel(queue, job_id, self.now)
+        assert cancelled == self.model.cancel(queue, job_id, now=self.now)
+        # Q19.5: the holder is told exactly when the row is (still) cancelling.
+        job = self.model.get_job(queue, job_id)
+        assert announce == (job is not None and job.state == "cancelling")
+
+    @precondition(lambda self: self.claims)
+    @rule(queue=queues, data=st.data())
+    def settle_cancelled(self, queue, data):
+        claims = data.draw(st.lists(st.sampled_from(self.claims), max_size=3), label="claims")
+        pairs = [(job.id, job.claim_token) for job in claims]
+        got = self.table.settle_cancelled(queue, pairs, self.now)
+        assert got == self.model.settle_cancelled(queue, pairs, now=self.now)
+
+    @rule(queue=queues, data=st.data())
+    def cancelling_among(self, queue, data):
+        ids = data.draw(st.lists(self._ids(), max_size=4), label="ids")
+        assert self.table.cancelling_among(queue, ids) == self.model.cancelling_among(queue, ids)
 
     @rule(queue=queues, retention_s=st.sampled_from(RETENTIONS))
     def sweep_expired(self, queue, retention_s):

@@ -1,4 +1,4 @@
-"""The worker's claim book (R2, R5, R6, R7, item 5), with no event loop: events in,
+"""The worker's claim book (R2, R5, R6, R7, R15, item 5), with no event loop: events in,
 decisions out. Times are plain floats; handles are stand-ins with a ``job``."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 
 from alkstore_trio._runtime._book import (
     ACK,
+    CANCELLED,
     LEASE_UNCERTAIN,
     WORKER_STOPPED,
     ClaimBook,
@@ -370,3 +371,72 @@ def test_r12_4_prefetch_never_holds_a_capped_queue_beyond_its_cap():
     assert b.next_pipelined_claim() == ("b", 4)  # the total's prefetch goes to b
     b.claim_answered()
     assert b.held == {"a": 2}
+
+
+# --- R15: cancel announcements --------------------------------------------------------
+
+
+def test_r15_an_announcement_aborts_a_running_claim_whose_outcome_is_cancelled():
+    b = book()
+    (claim,) = claim_and_start(b)
+    aborted, unstarted = b.cancel_requested([claim.handle.job.id, 10**9], now=2.0)
+    assert (aborted, unstarted) == ([claim], [])
+    assert (claim.state, claim.aborted_at) == (ClaimState.ABORTING, 2.0)
+    assert b.renewable([claim]) == {}  # its renewal would be refused: none is sent
+    assert b.refused(claim) is False  # and a refusal does not lose it
+    assert claim.state is ClaimState.ABORTING
+    # Whatever the handler did while being cancelled, the job is cancelled.
+    assert finish(b, claim, ACK, at=2.5) is Verdict.SEND
+    assert claim.outcome is CANCELLED
+    assert b.settle_groups([claim]) == {("a", "cancelled"): [claim]}
+    assert b.settled(claim, True) == "cancelled"
+    assert b.counts["cancelled"] == 1
+    assert b.counts["lease_lost"] == 0
+    assert claim not in b.claims
+
+
+def test_r15_an_unstarted_claim_never_starts_and_is_settled_cancelled():
+    b = book()
+    (claim,) = b.claimed("a", handles(1), 1, sent_at=0.0, now=0.0)
+    aborted, unstarted = b.cancel_requested([claim.handle.job.id], now=1.0)
+    assert (aborted, unstarted) == ([], [claim])
+    assert (claim.state, claim.outcome) == (ClaimState.FINISHED, CANCELLED)
+    assert b.start(claim, 1.0) is False
+    assert b.reported(claim, 1.0) is Verdict.SEND
+    assert b.settled(claim, True) == "cancelled"
+
+
+def test_r15_a_finished_claims_outcome_becomes_cancelled_and_a_settling_one_is_left():
+    b = book()
+    finished, settling = claim_and_start(b, 2)
+    b.finished(finished, ACK)
+    assert finish(b, settling, ACK) is Verdict.SEND
+    ids = [c.handle.job.id for c in (finished, settling)]
+    assert b.cancel_requested(ids, now=3.0) == ([], [])
+    assert (finished.state, finished.outcome) == (ClaimState.FINISHED, CANCELLED)
+    assert (settling.state, settling.outcome) == (ClaimState.SETTLING, ACK)
+    # The settling ack is refused (the job is cancelling); the dispatcher's settle_cancelled
+    # then settles it: recorded cancelled, not lost.
+    assert b.settled(settling, False, cancelled=True) == "cancelled"
+    assert (b.counts["cancelled"], b.counts["lease_lost"]) == (1, 0)
+
+
+def test_r15_a_stop_being_cancelled_gives_way_to_the_cancel():
+    b = book()
+    (claim,) = claim_and_start(b)
+    b.stop()
+    assert b.grace_over() == [claim]
+    aborted, _ = b.cancel_requested([claim.handle.job.id], now=1.0)
+    assert aborted == [claim]
+    assert b.open_scopes() == [claim]  # cancelled again if the worker must end
+    b.finished(claim, None)
+    assert claim.outcome is CANCELLED  # not a release
+
+
+def test_r15_abortable_lists_the_claims_whose_handlers_run_or_have_yet_to_start():
+    b = book(queues=("a", "b"))
+    running = claim_and_start(b, 1, "a")
+    waiting = b.claimed("b", handles(1, "b"), 1, sent_at=0.0, now=0.0)
+    (done,) = claim_and_start(b, 1, "b")
+    b.finished(done, ACK)
+    assert b.abortable() == {"a": running, "b": waiting}

@@ -19,8 +19,8 @@ from alkstore_trio.testing._history import (
     HistoryEvent,
     HistoryRecorder,
     check_history,
-    load_history,
 )
+from alkstore_trio.testing._history_files import load_history
 
 #: Store times are epoch seconds; these tests use small numbers.
 VT = 30.0

@@ -285,6 +285,12 @@ class MemoryEngine:
 
         return await self._call(run)
 
+    async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        return await self._call(lambda table, now: table.settle_cancelled(queue, claims, now))
+
+    async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        return await self._call(lambda table, now: table.cancelling_among(queue, job_ids))
+
     def _freed(self, table: JobTable, queue: str, freed: int) -> None:
         """Q18.7: settling ``freed`` leases of a limited queue (more than its claim took
         back) frees slots: wake the queue, so idle workers claim them at once. The wake
@@ -301,7 +307,14 @@ class MemoryEngine:
     # -- the operator path -------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: int) -> bool:
-        return await self._call(lambda table, now: table.cancel(queue, job_id))
+        def run(table: JobTable, now: datetime) -> bool:
+            cancelled, announce = table.cancel(queue, job_id, now)
+            if announce:
+                # Q19.5/R15: the holder hears of it in the same transition ("at once").
+                self.wakes.publish_cancel(queue, job_id)
+            return cancelled
+
+        return await self._call(run)
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
         return await self._call(lambda table, now: table.get(job_id, queue))

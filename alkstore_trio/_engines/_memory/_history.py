@@ -1,6 +1,7 @@
-"""Q19.2/Q19.3 in memory: the kept rows of acked jobs (history), off every claim path.
+"""Q19.2/Q19.3 in memory: the kept rows of acked (and, Q19.5, cancelled) jobs (history),
+off every claim path.
 
-A kept row is written once, by the ack that moves it out of the live rows, and never
+A kept row is written once, by the ack (or the cancel) that moves it out of the live rows, and never
 changes afterwards; it is read by id (``get_job``), listed by id (``list_jobs``) and
 purged by age. Each queue keeps a heap of ``(purge_at, id)`` so that a purge touches
 only the rows it deletes; ``purge_at`` never changes, so unlike the live heaps these
@@ -32,18 +33,24 @@ class History:
         self._heaps: dict[str, list[tuple[datetime, int]]] = {}
 
     def keep(self, job: Job) -> None:
-        """Store a ``completed`` row (:func:`~alkstore_trio._core.completed`)."""
+        """Store a ``completed`` or ``cancelled`` row (:func:`~alkstore_trio._core.completed`,
+        :func:`~alkstore_trio._core.kept_cancelled`)."""
         self._rows[job.id] = job
         heapq.heappush(self._heaps.setdefault(job.queue, []), (t.purge_at(job), job.id))
 
     def get(self, job_id: int) -> Job | None:
         return self._rows.get(job_id)
 
-    def list_jobs(self, queue: str, limit: int, after_id: int | None) -> list[Job]:
-        """D26 over the kept rows: a linear scan, as the operator's listing of live rows."""
+    def list_jobs(self, queue: str, state: str, limit: int, after_id: int | None) -> list[Job]:
+        """D26 over the kept rows in ``state``: a linear scan, as the operator's listing of
+        live rows."""
         floor = 0 if after_id is None else after_id
         found = sorted(
-            (job for job in self._rows.values() if job.queue == queue and job.id > floor),
+            (
+                job
+                for job in self._rows.values()
+                if job.queue == queue and job.state == state and job.id > floor
+            ),
             key=lambda job: job.id,
         )
         return found[:limit]

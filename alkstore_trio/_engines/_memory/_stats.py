@@ -34,13 +34,15 @@ def table_stats(
     counts: dict[str, list[int]] = {}
     oldest: dict[str, datetime] = {}
     for name in [queue] if queue is not None else names:
-        counts[name] = [0, 0, 0, 0, 0]
+        counts[name] = [0, 0, 0, 0, 0, 0]
     for job in rows:
         if queue is not None and job.queue != queue:
             continue
-        row = counts.setdefault(job.queue, [0, 0, 0, 0, 0])
+        row = counts.setdefault(job.queue, [0, 0, 0, 0, 0, 0])
         if job.state == "dead":
             row[4] += 1
+        elif job.state == "cancelling":  # Q19.5
+            row[5] += 1
         elif job.state == "processing":
             row[2] += 1
             if t.is_reclaimable(job, now):
@@ -71,6 +73,7 @@ def table_stats(
                 paused=paused,
                 limits=limits,
                 throttled=throttled,
+                cancelling=row[5],
             )
         )
     return StoreStats(now=now, ids_issued=ids_issued, queues=tuple(entries))

@@ -11,6 +11,8 @@ heaps, and a claim only touches the rows it hands out (plus stale entries it dis
   first moves the ones that came due into ``ready``.
 - ``leases``: processing rows keyed by deadline; a claim moves the lapsed ones into
   ``ready`` (or dead-letters them when their attempts are spent: the pre-claim sweep).
+- ``cancelling``: cancelling rows (Q19.5) keyed by deadline, for the sweep
+  (:mod:`._cancel`).
 - ``expiry``: live rows with an ``expires_at``, for the sweep; ``dead``: dead rows by
   ``died_at``, for retention. Entries of both are stale when the row they name no longer
   has that ``expires_at`` or ``died_at`` (purged, or redriven from dead: D24).
@@ -60,15 +62,15 @@ from ..._core import (
     SweepResult,
 )
 from ..._core import _transitions as t
-from ..._core._reschedule import RescheduleSpec, due_in_s, is_reschedulable, rescheduled
 from .._protocol import Completion
-from . import _per_key, _stats
+from . import _cancel, _due, _per_key, _stats
 from ._history import History
 from ._limits import LimitBook
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
+    from ..._core._reschedule import RescheduleSpec
     from .._protocol import Claim, FailItem, RetryItem
 
 #: A ``ready`` heap entry: the claim order key (Q3), then the row's generation.
@@ -92,12 +94,13 @@ def _ready_entry(job: Job, gen: int) -> _ReadyEntry:
 
 
 class _QueueIndex:
-    __slots__ = ("dead", "delayed", "expiry", "leases", "ready", "windows")
+    __slots__ = ("cancelling", "dead", "delayed", "expiry", "leases", "ready", "windows")
 
     def __init__(self) -> None:
         self.ready: list[_ReadyEntry] = []
         self.delayed: list[tuple[datetime, int, int]] = []
         self.leases: list[tuple[datetime, int, int]] = []
+        self.cancelling: list[tuple[datetime, int, int]] = []  # Q19.5
         self.expiry: list[tuple[datetime, int]] = []
         self.dead: list[tuple[datetime, int]] = []
         self.windows: list[tuple[datetime, str]] = []  # Q15: (expires_at, key)
@@ -155,8 +158,8 @@ class JobTable:
     def list_jobs(self, queue: str, state: JobState, limit: int, after_id: int | None) -> list[Job]:
         """D26: up to ``limit`` rows of this queue in this state, by id, with ids above
         ``after_id``. A linear scan: the operator's listing is not a hot path."""
-        if state == "completed":
-            return self.history.list_jobs(queue, limit, after_id)
+        if state in ("completed", "cancelled"):
+            return self.history.list_jobs(queue, state, limit, after_id)
         rows = self._dead if state == "dead" else self._live
         floor = 0 if after_id is None else after_id
         found = [
@@ -461,14 +464,17 @@ class JobTable:
         ]
         return self._finish_claims(queue, finish, now)
 
-    def cancel(self, queue: str, job_id: int) -> bool:
-        """Q7: delete this queue's live row, whatever its state."""
-        job = self._live.get(job_id)
-        if job is None or job.queue != queue:
-            return False
-        self._drop_live(job_id)
-        self._counts(queue).cancelled += 1
-        return True
+    def cancel(self, queue: str, job_id: int, now: datetime) -> tuple[bool, bool]:
+        """Q19.5: cancel this queue's live row; (cancelled, announce to its holder)."""
+        return _cancel.cancel(self, queue, job_id, now)
+
+    def settle_cancelled(self, queue: str, claims: Iterable[Claim], now: datetime) -> list[int]:
+        """Q19.5: the holders finalize their cancelling claims; the ids finalized."""
+        return _cancel.settle(self, queue, claims, now)
+
+    def cancelling_among(self, queue: str, job_ids: Iterable[int]) -> list[int]:
+        """Q19.5: which of these ids are cancelling rows of this queue."""
+        return _cancel.among(self, queue, job_ids)
 
     def requeue_dead(self, queue: str, job_ids: Iterable[int] | None, now: datetime) -> int:
         """D24: move this queue's dead rows with these ids (every one for ``None``) back
@@ -515,19 +521,21 @@ class JobTable:
         return len(doomed)
 
     def sweep_expired(self, queue: str, retention_s: float | None, now: datetime) -> SweepResult:
-        """Q9: dead-letter expired live rows, then purge dead rows past retention; then
-        Q19.3: the first batch of kept rows past their time (the engine purges the next
-        batches as transitions of their own)."""
+        """Q19.5: finalize lapsed cancelling rows; Q9: dead-letter expired live rows (not
+        cancelling ones: a cancelled job is never *expired*), then purge dead rows past
+        retention; then Q19.3: the first batch of kept rows past their time (the engine
+        purges the next batches as transitions of their own)."""
         self._observe(now)
         index = self._queues.get(queue)
         if index is None:
             return SweepResult(0, 0, self.history.purge(queue, now))
+        cancelled = _cancel.sweep(self, index, now)
         expired = 0
         while index.expiry and index.expiry[0][0] < now:
             expires_at, job_id = heapq.heappop(index.expiry)
             job = self._live.get(job_id)
             # A row redriven from dead (D24) has a new expires_at; its old entry is stale.
-            if job is not None and job.expires_at == expires_at:
+            if job is not None and job.expires_at == expires_at and job.state != "cancelling":
                 self._replace(t.dead(job, now, t.EXPIRED), now)
                 expired += 1
         purged = 0
@@ -546,43 +554,19 @@ class JobTable:
             purged += 1
         self._drop_closed_windows(queue, index, now)
         # Q19.3: the first batch of the purge of kept rows; the engine runs the rest.
-        return SweepResult(expired, purged, self.history.purge(queue, now))
+        return SweepResult(expired, purged, self.history.purge(queue, now), cancelled)
 
     # -- Q16: rescheduling, and the next due time (R11) --------------------------------
 
     def reschedule(
         self, queue: str, job_id: int, spec: RescheduleSpec, now: datetime
     ) -> Job | None:
-        """Q16: give this queue's pending row its new ``run_at`` and priority; the new
-        row, or ``None`` (processing, dead or missing: nothing changes)."""
-        self._observe(now)
-        job = self._live.get(job_id)
-        if not is_reschedulable(job, queue):
-            return None
-        assert job is not None
-        new = rescheduled(job, now, spec)
-        self._set_live(new, now)
-        return new
+        """Q16: a pending row's new ``run_at`` and priority (:mod:`._due`)."""
+        return _due.reschedule(self, queue, job_id, spec, now)
 
     def next_due_in_s(self, queue: str, now: datetime) -> float | None:
-        """Q16: seconds until the earliest future ``run_at`` of this queue's pending rows
-        (the top of its ``delayed`` heap, once the due and stale entries are off it)."""
-        self._observe(now)
-        index = self._queues.get(queue)
-        if index is None:
-            return None
-        self._promote_due(index, now)
-        delayed = index.delayed
-        due: float | None = None
-        while delayed:
-            run_at, job_id, gen = delayed[0]
-            if self._gen.get(job_id) == gen:
-                due = due_in_s(run_at, now)
-                break
-            heapq.heappop(delayed)
-        if not self.limits.limited(queue):
-            return due
-        return _per_key.limited_due_in_s(self, queue, index, due, now)
+        """Q16: seconds until this queue's next pending row is due (:mod:`._due`)."""
+        return _due.next_due_in_s(self, queue, now)
 
     # -- internals ---------------------------------------------------------------------
 
@@ -639,6 +623,9 @@ class JobTable:
         if job.state == "processing":
             assert job.claim_expires_at is not None
             heapq.heappush(index.leases, (job.claim_expires_at, job.id, gen))
+        elif job.state == "cancelling":
+            assert job.claim_expires_at is not None
+            heapq.heappush(index.cancelling, (job.claim_expires_at, job.id, gen))
         elif job.run_at <= now:
             heapq.heappush(index.ready, _ready_entry(job, gen))
         else:
@@ -785,14 +772,19 @@ class JobTable:
             index.ready.clear()
             index.delayed.clear()
             index.leases.clear()
+            index.cancelling.clear()
         for job in self._live.values():
             gen = self._gen[job.id]
             index = self._queues[job.queue]
             if job.state == "processing":
                 assert job.claim_expires_at is not None
                 index.leases.append((job.claim_expires_at, job.id, gen))
+            elif job.state == "cancelling":
+                assert job.claim_expires_at is not None
+                index.cancelling.append((job.claim_expires_at, job.id, gen))
             else:
                 index.delayed.append((job.run_at, job.id, gen))
         for index in self._queues.values():
             heapq.heapify(index.leases)
+            heapq.heapify(index.cancelling)
             heapq.heapify(index.delayed)

@@ -14,7 +14,6 @@ wakes everyone after reconnecting, since notifications sent while it was away ar
 from __future__ import annotations
 
 import logging
-import math
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,6 +42,7 @@ from . import (
     _driver,
     _enqueue,
     _limited,
+    _notes,
     _periodic,
     _pool,
     _reads,
@@ -426,7 +426,16 @@ class PostgresEngine:
     # -- the operator path -------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: int) -> bool:
-        return bool(await self._run("cancel", {"id": job_id, "queue": queue}))
+        params = {"id": job_id, "queue": queue, "channel": self._channel(queue)}
+        ((cancelled, _),) = await self._run("cancel", params)
+        return bool(cancelled)
+
+    async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+        return [row[0] for row in await self._run("settle_cancelled", _claim_params(queue, claims))]
+
+    async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        params: dict[str, object] = {"queue": queue, "ids": _int_array(job_ids)}
+        return [row[0] for row in await self._run("cancelling_among", params)]
 
     async def get_job(self, job_id: int, queue: str | None) -> Job | None:
         name, params = ("find_job", {}) if queue is None else ("get_job", {"queue": queue})
@@ -438,10 +447,12 @@ class PostgresEngine:
         )
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
-        ((expired, purged),) = await self._run(
+        ((expired, purged, cancelled),) = await self._run(
             "sweep_expired", {"queue": queue, "retention_s": retention_s}
         )
-        return SweepResult(int(expired), int(purged), await self._purge_completed(queue))
+        return SweepResult(
+            int(expired), int(purged), await self._purge_completed(queue), int(cancelled)
+        )
 
     async def _purge_completed(self, queue: str) -> int:
         """Q19.3: purge the queue's kept rows past their time in batches of
@@ -467,8 +478,9 @@ class PostgresEngine:
         }
         if state == "dead":
             rows = await self._run("list_dead", params)
-        elif state == "completed":
-            return [_rows.kept_job(row) for row in await self._run("list_completed", params)]
+        elif state in ("completed", "cancelled"):
+            rows = await self._run("list_completed", {**params, "state": state})
+            return [_rows.kept_job(row) for row in rows]
         else:
             rows = await self._run("list_live", {**params, "state": state})
         return [_job(row) for row in rows]
@@ -726,40 +738,14 @@ class PostgresEngine:
             self._publish_notes(notes)
 
     def _publish_notes(self, notes: list[_driver.Notify]) -> None:
-        """Wake the notified queues: once for the notifications of jobs ready now, once
-        with the earliest due time of the delayed ones (R11: the payload is the seconds
-        until due; '' or anything unreadable means ready now)."""
-        channels = self._channels
-        ready: set[str] = set()
-        due: dict[str, float] = {}
-        for note in notes:
-            queue = channels.get(note.channel)
-            if queue is None:
-                continue
-            seconds = _due_in_s(note.payload) if note.payload else None
-            if seconds is None:
-                ready.add(queue)
-            else:
-                due[queue] = min(seconds, due.get(queue, seconds))
-        self.wakes.publish(ready)
-        for queue, seconds in due.items():
-            self.wakes.publish_due(queue, seconds)
+        """Hand the notifications to the wake hub (:func:`._notes.publish`)."""
+        _notes.publish(self.wakes, self._channels, notes)
 
     def _poke_listener(self) -> None:
         """Make the listener task look at its channels again (or notice the close)."""
         self._listen_changed = True
         if self._listen_wait is not None:
             self._listen_wait.cancel()
-
-
-def _due_in_s(payload: str) -> float | None:
-    """R11: a wake's payload as seconds until due (>= 0 and finite; exactly 0 is a
-    limited queue's freed slots, "due now", Q18.7), else ``None``."""
-    try:
-        seconds = float(payload)
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds < math.inf else None
 
 
 class PostgresTransaction:

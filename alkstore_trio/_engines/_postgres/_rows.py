@@ -96,4 +96,5 @@ def queue_stats(row: Sequence[Any], now: datetime) -> QueueStats:
             else None
         ),
         throttled=Throttled(running=int(row[16]), rate=int(row[17]), per_key=int(row[20])),
+        cancelling=int(row[21]),
     )

@@ -125,11 +125,6 @@ from .q6_ack_batch import (
     q6_ack_batch_deletes_only_valid_claims_of_this_queue,
     q6_ack_batch_of_nothing_returns_zero,
 )
-from .q7_cancel import (
-    q7_cancel_deletes_a_pending_row,
-    q7_cancel_deletes_a_processing_row_and_refuses_its_holder,
-    q7_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
-)
 from .q8_read import (
     q8_get_job_shows_every_field,
     q8_rows_of_other_queues_are_invisible,
@@ -255,6 +250,14 @@ from .q19_2_q19_3_history import (
     q19_3_a_purge_larger_than_one_batch_completes,
     q19_3_sweeps_purge_kept_rows_after_their_time,
 )
+from .q19_5_cancel import (
+    q19_5_a_kept_job_recorded_cancelled_moves_to_history_as_cancelled,
+    q19_5_a_lapsed_cancelling_row_is_finalized_by_cancel_or_the_sweep,
+    q19_5_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+    q19_5_cancel_finalizes_a_pending_row_at_once,
+    q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder,
+    q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key,
+)
 from .q19_8_tokens import (
     q19_8_a_redriven_job_refuses_its_old_holders,
     q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
@@ -342,9 +345,12 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q6_ack_batch_deletes_only_valid_claims_of_this_queue,
     q6_ack_batch_counts_a_claim_at_its_deadline_instant,
     q6_ack_batch_of_nothing_returns_zero,
-    q7_cancel_deletes_a_pending_row,
-    q7_cancel_deletes_a_processing_row_and_refuses_its_holder,
-    q7_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+    q19_5_cancel_finalizes_a_pending_row_at_once,
+    q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder,
+    q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key,
+    q19_5_a_lapsed_cancelling_row_is_finalized_by_cancel_or_the_sweep,
+    q19_5_cancel_does_not_touch_dead_unknown_or_other_queue_rows,
+    q19_5_a_kept_job_recorded_cancelled_moves_to_history_as_cancelled,
     q8_get_job_shows_every_field,
     q8_rows_of_other_queues_are_invisible,
     q8_timestamps_are_aware_utc,

@@ -107,18 +107,21 @@ async def d27_stats_count_each_queues_dead_letter_moves(harness: EngineHarness) 
 
 @_check
 async def d27_stats_count_each_queues_cancelled_jobs(harness: EngineHarness) -> None:
-    """D27: a queue's ``cancelled_total`` counts its live jobs deleted by ``cancel``,
-    pending or processing; a refused cancel (dead, unknown or another queue's job)
-    counts nothing."""
+    """D27: a queue's ``cancelled_total`` counts its live jobs recorded cancelled (Q19.5:
+    a pending one at ``cancel``, a processing one once its holder settled it); a refused
+    cancel (dead, unknown or another queue's job) counts nothing."""
     async with harness.open_store() as store:
         queue = store.queue("count-cancelled")
         other = store.queue("count-cancelled-other")
         pending, processing, dead = await queue.enqueue_many([b"p", b"c", b"d"])
         assert await queue.cancel(pending) is True, "cancel of a pending job refused"
         await _assert_totals(store, queue, (0, 0, 1), "a pending job's cancel")
-        await _claim_id(queue, processing)
+        holder = await _claim_id(queue, processing)
         assert await queue.cancel(processing) is True, "cancel of a processing job refused"
-        await _assert_totals(store, queue, (0, 0, 2), "a processing job's cancel")
+        # Q19.5: counted when finalized (its holder settled it), not when it began.
+        await _assert_totals(store, queue, (0, 0, 1), "a processing job's cancel")
+        assert await queue.settle_cancelled([holder]) == [True], "settle_cancelled refused"
+        await _assert_totals(store, queue, (0, 0, 2), "a processing job's settled cancel")
         assert await (await _claim_id(queue, dead)).fail() is True, "fail refused"
         assert await queue.cancel(dead) is False, "a dead job was cancelled"
         assert await queue.cancel(10**12) is False, "an unknown job was cancelled"

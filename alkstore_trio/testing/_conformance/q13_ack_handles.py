@@ -62,7 +62,8 @@ async def q13_ack_handles_acks_valid_claims_in_one_call_and_refuses_stale_ones(
         )
         await _assert_gone(long, valid_a, "ack_handles of a valid claim")
         await _assert_gone(long, valid_b, "ack_handles of a valid claim")
-        await _assert_gone(long, cancelled, "ack_handles of a cancelled claim")
+        # Q19.5: a cancelled claim's ack is refused; the row stays cancelling.
+        await _assert_state(long, cancelled, "cancelling", "ack_handles of a cancelled claim")
         for job_id, row in before.items():
             after = await _get(long, job_id)
             assert after == row, f"a refused ack_handles changed job {job_id}: {row!r} -> {after!r}"
@@ -161,8 +162,9 @@ async def q13_ack_handles_and_claim_acks_valid_claims_then_claims_the_best_n(
                 f"expected now + its visibility_timeout_s ({_after(now, 1000)})"
             )
             assert await _get(long, job.id) == job, f"the snapshot of job {job.id} is not the row"
-        for job_id in (valid_a, valid_b, cancelled):
-            await _assert_gone(long, job_id, "ack_handles_and_claim of a valid or cancelled claim")
+        for job_id in (valid_a, valid_b):
+            await _assert_gone(long, job_id, "ack_handles_and_claim of a valid claim")
+        await _assert_state(long, cancelled, "cancelling", "ack_handles_and_claim, cancelled claim")
         assert await _get(long, reclaimed) == before, "a refused ack changed the reclaimed row"
         for job_id, handle in zip(order, handles, strict=True):
             await _raises(

@@ -12,8 +12,8 @@ from ._helpers import (
     MAX_ATTEMPTS_EXCEEDED,
     _after,
     _assert_dead,
-    _assert_gone,
     _assert_mentions,
+    _assert_state,
     _check,
     _claim,
     _claim_id,
@@ -85,7 +85,7 @@ async def q13_heartbeat_handles_renews_valid_claims_and_refuses_stale_ones(
                 f"heartbeat_handles changed job {job_id}'s state, claimed_at or attempts"
             )
         await _assert_rows_unchanged(long, before, "a refused heartbeat_handles")
-        await _assert_gone(long, cancelled, "heartbeat_handles of a cancelled claim")
+        await _assert_state(long, cancelled, "cancelling", "heartbeat_handles of a cancelled claim")
         pair = [stale[valid_a], stale[valid_b]]
         renewed_at = await _heartbeat_handles_renew_again(harness, long, pair)
         foreign = await _heartbeat_handles_reject_bad_calls(harness, store, long, pair, renewed_at)
@@ -225,7 +225,7 @@ async def q13_retry_handles_retries_valid_claims_and_refuses_stale_ones(
             (spent_default, MAX_ATTEMPTS_EXCEEDED),
         ]
         await _assert_retried_to_dead(harness, long, spent, (now, 1, "worker-a", claimed_at))
-        await _assert_gone(long, cancelled, "retry_handles of a cancelled claim")
+        await _assert_state(long, cancelled, "cancelling", "retry_handles of a cancelled claim")
         await _assert_rows_unchanged(long, before, "a refused retry_handles")
         await _assert_retry_handles_consumed(long, items)
         # The job retried with delay 0 is ready at once, beside the lapsed claim.
@@ -394,7 +394,7 @@ async def q13_fail_handles_dead_letters_valid_claims_and_refuses_stale_ones(
                 f"fail_handles of job {job_id}: (died_at, attempts, claimed_by, claimed_at) "
                 f"= {seen!r}, expected {(now, 1, 'worker-a', claimed_at)!r}"
             )
-        await _assert_gone(long, cancelled, "fail_handles of a cancelled claim")
+        await _assert_state(long, cancelled, "cancelling", "fail_handles of a cancelled claim")
         await _assert_rows_unchanged(long, before, "a refused fail_handles")
         for handle, _ in items:
             await _raises(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import hypothesis.strategies as st
 
+from ._cancel_steps import draw_q19_5_step  # Q19.5
 from ._controls import draw_control, draw_per_key
 from ._periodic_steps import draw_fire_periodic  # Q17
 from ._q16 import draw_q16_step
@@ -117,6 +118,7 @@ _StepKind: TypeAlias = Literal[
     "fire_periodic",  # Q17
     "pause",
     "per_key",  # Q18.8
+    "settle_cancelled",  # Q19.5
 ]
 _HANDLE_KINDS: tuple[_StepKind, ...] = (
     "ack",
@@ -162,6 +164,7 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
     kinds += ["fire_periodic", "fire_periodic"]  # Q17
     kinds.append("pause")  # Q18
     kinds += ["per_key", "per_key"]  # Q18.8: its own kind, so keyed claims meet full keys
+    kinds += ["cancel", "settle_cancelled"]  # Q19.5: cancels of running jobs, then settles
     if consumed:
         kinds.append("reuse")
     kind = draw(st.sampled_from(kinds))
@@ -209,6 +212,8 @@ def _draw_step(draw: st.DrawFn, run: _Run, now: datetime) -> _Step:
         return draw_control(draw, queue)
     if kind == "per_key":  # Q18.8
         return draw_per_key(draw, queue)
+    if kind == "settle_cancelled":  # Q19.5
+        return draw_q19_5_step(draw, run, queue)
     return _draw_row_step(draw, run, kind, queue)
 
 
@@ -295,7 +300,10 @@ def _draw_row_step(draw: st.DrawFn, run: _Run, kind: _StepKind, queue: str) -> _
         if ids and duplicate:
             ids.append(ids[0])
         return AckBatch(queue, ids=tuple(ids))
-    if kind == "cancel":
+    if kind == "cancel":  # Q19.5: processing rows (to become cancelling) first
+        running: bool = draw(st.booleans())
+        if processing and running:
+            return Cancel(queue, job_id=draw(st.sampled_from(processing)))
         return Cancel(queue, job_id=draw(pool))
     if kind == "sweep":
         return Sweep(queue, retention_s=draw(_SWEEP_RETENTIONS))

@@ -16,6 +16,12 @@ import hypothesis.strategies as st
 
 from ..._core import Enqueued, Headers, Job, JobState
 from ..._errors import HandleConsumed
+from ._cancel_steps import (  # Q19.5
+    CancellingAmong,
+    SettleCancelled,
+    apply_cancelling_among,
+    apply_settle_cancelled,
+)
 from ._controls import SetLimits, SetPaused, apply_set_limits
 from ._drawing import _draw_step
 from ._periodic_steps import FirePeriodic, apply_fire_periodic, periodic_targets  # Q17
@@ -259,6 +265,10 @@ class _Run:
                 return await self._set_paused(step, now)
             case SetLimits():  # Q18.7-Q18.9
                 return await apply_set_limits(self, step, now)
+            case SettleCancelled():  # Q19.5
+                return await apply_settle_cancelled(self, step, now)
+            case CancellingAmong():
+                return await apply_cancelling_among(self, step, now)
         raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
     # -- one method per step -------------------------------------------------------------
@@ -450,7 +460,9 @@ class _Run:
             got = await self.store.get_job(job_id)
             _agree(f"{step}: store.get_job({job_id})", got, self.model.find_job(job_id))
             _check_shape(f"{step}: store.get_job({job_id})", got)
-        states: tuple[JobState, ...] = ("pending", "processing", "dead", "completed")
+        states: tuple[JobState, ...] = (
+            "pending", "processing", "cancelling", "dead", "completed", "cancelled"
+        )  # fmt: skip
         for state in states:
             after: int | None = None
             while True:
@@ -661,8 +673,10 @@ class _Run:
                 got = await queue.get_job(job_id)
                 _agree(f"get_job({name!r}, {job_id})", got, self.model.get_job(name, job_id))
                 _check_shape(f"get_job({name!r}, {job_id})", got)
-                # Q15.1 counts live rows: a dead or a kept (completed) row holds no key.
-                key = None if got is None or got.state in ("dead", "completed") else got.unique_key
+                # Q15.1 counts live rows: a dead or a kept (completed, cancelled) row holds no
+                # key.
+                unkeyed = ("dead", "completed", "cancelled")
+                key = None if got is None or got.state in unkeyed else got.unique_key
                 if key is not None:
                     if key in keys:
                         raise Disagreement(f"two live jobs of {name!r} hold {key!r}")

@@ -96,11 +96,12 @@ SELECT
 FROM {moved}
 RETURNING id
 
--- fragment: keep_rows(moved, result = NULL::bytea)
+-- fragment: keep_rows(moved, result = NULL::bytea, state = 'completed')
 -- Q19.2: the history insert of an ack: one completed row per row of the CTE `moved` (a
 -- DELETE of jobs rows RETURNING them, as dead_letter's) whose stamp keeps it; the other
 -- rows are simply gone. completed_at is now, purge_at now + keep_completed_s; `result`
--- is the handler's result (Q19.1), an expression over moved's columns. The ids kept.
+-- is the handler's result (Q19.1), an expression over moved's columns; `state` is
+-- 'cancelled' for Q19.5's finalization (finalize_cancelled). The ids kept.
 INSERT INTO @schema@.completed_jobs (
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
@@ -108,7 +109,7 @@ INSERT INTO @schema@.completed_jobs (
     keep_completed_s, completed_at, purge_at, result
 )
 SELECT
-    id, queue, payload, priority, 'completed', attempts, max_attempts, run_at, enqueued_at,
+    id, queue, payload, priority, {state}, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
     claim_expires_at, last_error, headers, unique_key, concurrency_key, claim_token,
     keep_completed_s,
@@ -720,6 +721,20 @@ counted AS (
 )
 SELECT moved.ord FROM moved JOIN dead USING (id);
 
+-- fragment: finalize_cancelled(doomed)
+-- Q19.5: the CTE `finalized`: the jobs rows whose ids the CTE `doomed` lists (locked by
+-- it) leave the live table as cancelled; the rows finalized. The one place a job becomes
+-- *cancelled*: cancel, settle_cancelled and sweep_expired all finalize through it, and
+-- count what it returns (D27). Q19.2's keep step: a row whose stamp keep_completed_s
+-- is set moves into completed_jobs as 'cancelled' (`kept_cancelled`, keep_rows).
+finalized AS (
+    DELETE FROM @schema@.jobs AS j USING {doomed} AS x WHERE j.id = x.id
+    RETURNING j.*
+),
+kept_cancelled AS (
+    {keep_rows(moved = finalized, state = 'cancelled')}
+)
+
 -- name: release_claims
 -- Q19.8: give each listed (id, claim token) pair of this queue whose claim is valid (Q4's
 -- V) back: pending, ready now, its attempt given back (attempts - 1), last_error the
@@ -748,15 +763,61 @@ woken AS (
 SELECT id FROM released, (SELECT count(*) FROM woken) AS w;
 
 -- name: cancel
--- Q7: delete this queue's live row, whatever its state; count it as cancelled (D27).
-WITH cancelled AS (
-    DELETE FROM @schema@.jobs WHERE id = %(id)s::bigint AND queue = %(queue)s::text
-    RETURNING id
+-- Q19.5: cancel this queue's live row. The row is locked first (`target`: its latest
+-- version). A pending row, or a processing or cancelling one whose lease lapsed (nobody
+-- holds it), is finalized at once and counted as cancelled (D27); a processing row under
+-- a live lease becomes cancelling (out of every claim index, so Q4's V refuses its
+-- holder), and its holder is told on the queue's wake channel (`cancel:<id>`), as is an
+-- already cancelling one again (a lost first announcement gets a second chance).
+-- One row: whether a live row was cancelled, and the announcements sent.
+WITH target AS MATERIALIZED (
+    SELECT j.id, j.state, (j.claim_expires_at < @schema@.alk_now()) IS TRUE AS lapsed
+    FROM @schema@.jobs AS j
+    WHERE j.id = %(id)s::bigint AND j.queue = %(queue)s::text
+    FOR UPDATE
+),
+{finalize_cancelled(doomed = (SELECT t.id FROM target AS t WHERE t.state = 'pending' OR t.lapsed))},
+marked AS (
+    UPDATE @schema@.jobs AS j SET
+        state = 'cancelling',
+        cancel_requested_at = coalesce(j.cancel_requested_at, @schema@.alk_now())
+    FROM target AS t
+    WHERE j.id = t.id AND t.state IN ('processing', 'cancelling') AND NOT t.lapsed
+    RETURNING j.id
 ),
 counted AS (
-    {count_moves(moves = cancelled, cancelled = 1)}
+    {count_moves(moves = finalized, cancelled = 1)}
+),
+announced AS (
+    SELECT pg_catalog.pg_notify(%(channel)s::text, 'cancel:' || m.id::text) FROM marked AS m
 )
-SELECT id FROM cancelled;
+SELECT (SELECT count(*) FROM target) > 0, (SELECT count(*) FROM announced);
+
+-- name: settle_cancelled
+-- Q19.5: the holders finalize their cancelling claims: each listed (id, claim token)
+-- pair of this queue whose row is cancelling under that token (no lease check: a holder
+-- may settle late), counted as cancelled (D27); the ids finalized.
+WITH doomed AS MATERIALIZED (
+    SELECT j.id FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text
+        AND (j.id, j.claim_token) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]))
+        AND (j.state = 'cancelling') IS TRUE
+    FOR UPDATE
+),
+{finalize_cancelled(doomed = doomed)},
+counted AS (
+    {count_moves(
+        moves = (SELECT count(*) AS n FROM finalized) AS m WHERE m.n > 0, cancelled = m.n
+    )}
+)
+SELECT id FROM finalized;
+
+-- name: cancelling_among
+-- Q19.5: which of these ids are cancelling rows of this queue (primary-key probes; a
+-- worker's safety net for a lost announcement).
+SELECT j.id FROM @schema@.jobs AS j
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.queue = %(queue)s::text
+    AND (j.state = 'cancelling') IS TRUE;
 
 -- fragment: inline_payload
 -- Q8: a read of one job sends its payload along when it is at most inline_max bytes,
@@ -820,12 +881,23 @@ SELECT pg_catalog.substring(j.result, %(start)s::integer, %(len)s::integer)
 FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint;
 
 -- name: sweep_expired
--- Q9: expired live rows to dead ('expired'; counted: D27), then purge dead rows past
--- retention (retention_s NULL: keep forever). Rows moved to dead by this statement are
--- not visible to its purge, and could not qualify anyway (they died now).
-WITH expired AS (
+-- Q19.5: cancelling rows whose lease lapsed are finalized as cancelled (found through
+-- jobs_cancelling_idx); Q9: expired live rows, but not cancelling ones (a cancelled job
+-- is never 'expired'), to dead ('expired'); both counted (D27) by one counter upsert;
+-- then purge dead rows past retention (retention_s NULL: keep forever). Rows moved to
+-- dead by this statement are not visible to its purge, and could not qualify anyway
+-- (they died now).
+WITH lapsed AS MATERIALIZED (
+    SELECT j.id FROM @schema@.jobs AS j
+    WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
+        AND j.claim_expires_at < @schema@.alk_now()
+    FOR UPDATE
+),
+{finalize_cancelled(doomed = lapsed)},
+expired AS (
     DELETE FROM @schema@.jobs
     WHERE queue = %(queue)s::text AND expires_at < @schema@.alk_now()
+        AND state <> 'cancelling'
     RETURNING *
 ),
 dead AS (
@@ -833,7 +905,9 @@ dead AS (
 ),
 counted AS (
     {count_moves(
-        moves = (SELECT count(*) AS n FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n
+        moves = (SELECT count(*) AS n FROM dead) AS m
+            CROSS JOIN (SELECT count(*) AS n FROM finalized) AS c WHERE m.n + c.n > 0,
+        dead_lettered = m.n, cancelled = c.n
     )}
 ),
 purged AS (
@@ -847,7 +921,7 @@ closed AS (
     DELETE FROM @schema@.unique_windows
     WHERE queue = %(queue)s::text AND expires_at <= @schema@.alk_now()
 )
-SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM purged);
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM purged), (SELECT count(*) FROM finalized);
 
 -- name: reschedule
 -- Q16: this queue's pending row gets its new run_at (now + delay_s, or run_at, or kept)
@@ -1016,13 +1090,13 @@ ORDER BY id
 LIMIT %(limit)s::bigint;
 
 -- name: list_completed
--- D26/Q19.2: a page of this queue's kept rows, by id (the list index), with
--- completed_at and the result.
+-- D26/Q19.2: a page of this queue's kept rows in one state ('completed', or Q19.5's
+-- 'cancelled'), by id (the list index), with completed_at and the result.
 SELECT
     {job_fields(state = j.state, died_at = NULL::timestamptz)},
     j.completed_at, j.result
 FROM @schema@.completed_jobs AS j
-WHERE queue = %(queue)s::text AND state = 'completed' AND id > %(after_id)s::bigint
+WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s::bigint
 ORDER BY id
 LIMIT %(limit)s::bigint;
 
@@ -1093,6 +1167,9 @@ queues (queue) AS (
     UNION SELECT queue FROM pending_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM processing_queues WHERE queue IS NOT NULL
     UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+    -- Q19.5: queues with cancelling rows (jobs_cancelling_idx, empty in the usual case).
+    UNION SELECT j.queue FROM @schema@.jobs AS j
+    WHERE j.state = 'cancelling' AND %(queue)s::text IS NULL
     UNION SELECT f.queue FROM @schema@.queue_counters AS f WHERE %(queue)s::text IS NULL
     -- Q18: every paused or limited queue is listed.
     UNION SELECT k.queue FROM @schema@.queue_controls AS k
@@ -1107,14 +1184,16 @@ clock AS MATERIALIZED (
 SELECT c.now, c.issued, x.queue, x.ready, x.delayed, x.oldest_ready, x.processing,
     x.reclaimable, x.dead, x.acked, x.dead_lettered, x.cancelled, x.paused,
     x.max_running, x.rate_per_s, x.burst, x.throttled_running, x.throttled_rate, x.limited,
-    x.max_running_per_key, x.throttled_per_key
+    x.max_running_per_key, x.throttled_per_key, x.cancelling
 FROM clock AS c
 LEFT JOIN LATERAL (
     SELECT q.queue, p.ready, p.delayed, p.oldest_ready, l.processing, l.reclaimable,
         d.dead, f.acked, f.dead_lettered, f.cancelled, coalesce(k.paused, false) AS paused,
         k.max_running, k.rate_per_s, k.burst, coalesce(k.throttled_running, 0) AS throttled_running,
         coalesce(k.throttled_rate, 0) AS throttled_rate, coalesce(k.limited, false) AS limited,
-        k.max_running_per_key, coalesce(k.throttled_per_key, 0) AS throttled_per_key
+        k.max_running_per_key, coalesce(k.throttled_per_key, 0) AS throttled_per_key,
+        (SELECT count(*) FROM @schema@.jobs AS j
+         WHERE j.queue = q.queue AND j.state = 'cancelling') AS cancelling
     FROM queues AS q
     LEFT JOIN @schema@.queue_controls AS k ON k.queue = q.queue
     CROSS JOIN LATERAL (

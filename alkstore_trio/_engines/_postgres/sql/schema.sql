@@ -25,13 +25,13 @@ CREATE FUNCTION @schema@.alk_now() RETURNS timestamptz
     LANGUAGE sql STABLE PARALLEL SAFE
     AS 'SELECT pg_catalog.statement_timestamp()';
 
--- Live jobs: pending or processing.
+-- Live jobs: pending, processing or cancelling (Q19.5).
 CREATE TABLE @schema@.jobs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL,
     payload bytea NOT NULL,
     priority integer NOT NULL,
-    state text NOT NULL CHECK (state IN ('pending', 'processing')),
+    state text NOT NULL,
     attempts integer NOT NULL,
     max_attempts integer NOT NULL CHECK (max_attempts >= 1),
     run_at timestamptz NOT NULL,
@@ -53,6 +53,9 @@ CREATE TABLE @schema@.jobs (
     claim_token bigint,
     -- Q19.2: the stamp keep_completed_s, NULL to delete the row at its ack.
     keep_completed_s double precision,
+    -- Q19.5: when cancel was first called while the job was processing; NULL otherwise.
+    cancel_requested_at timestamptz,
+    CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'processing', 'cancelling')),
     -- Version 8 workers claim without a token: refused by this name (migrate.md).
     CONSTRAINT jobs_claim_needs_v9_workers
         CHECK (state <> 'processing' OR claim_token IS NOT NULL)
@@ -76,6 +79,9 @@ CREATE INDEX jobs_key_claim_idx ON @schema@.jobs (queue, concurrency_key, priori
     WHERE state = 'pending' AND concurrency_key IS NOT NULL;
 CREATE INDEX jobs_key_lease_idx ON @schema@.jobs (queue, concurrency_key, claim_expires_at)
     WHERE state = 'processing' AND concurrency_key IS NOT NULL;
+-- Q19.5: the sweep finds the cancelling rows whose lease lapsed (empty in the usual case).
+CREATE INDEX jobs_cancelling_idx ON @schema@.jobs (queue, claim_expires_at)
+    WHERE state = 'cancelling';
 
 -- Dead jobs: the dead-letter store. Same columns, plus when the job died (before the
 -- headers: the column order is the order the migrations added them in).
@@ -106,8 +112,9 @@ CREATE TABLE @schema@.dead_jobs (
 -- Retention purges the oldest dead rows of one queue.
 CREATE INDEX dead_jobs_retention_idx ON @schema@.dead_jobs (queue, died_at);
 
--- Q19.2: the kept rows of acked jobs (history), moved here by their ack: the columns of
--- jobs, the state 'completed', when it was acked, when a sweep may purge it
+-- Q19.2: the kept rows of finished jobs (history), moved here by their ack (state
+-- 'completed') or, Q19.5, by their cancel's finalization ('cancelled'): the columns of
+-- jobs, the state, when it was acked or cancelled, when a sweep may purge it
 -- (completed_at + keep_completed_s) and the handler's result (Q19.1). Nothing on the
 -- claim path reads this table.
 CREATE TABLE @schema@.completed_jobs (
@@ -115,7 +122,7 @@ CREATE TABLE @schema@.completed_jobs (
     queue text NOT NULL,
     payload bytea NOT NULL,
     priority integer NOT NULL,
-    state text NOT NULL CHECK (state IN ('completed')),
+    state text NOT NULL CHECK (state IN ('completed', 'cancelled')),
     attempts integer NOT NULL,
     max_attempts integer NOT NULL,
     run_at timestamptz NOT NULL,
@@ -503,4 +510,4 @@ COMMENT ON FUNCTION @schema@.enqueue(
     double precision, double precision, jsonb, text, double precision, text
 ) IS 'alkstore_trio Q20.4: enqueue one job in the caller''s transaction; see docs/reference/sql-schema.md';
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (11);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (12);
