@@ -46,7 +46,9 @@ def backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> int:
     """
     exponent = min(max(attempt, 1) - 1, _BACKOFF_MAX_EXPONENT)
     cap = min(base_s * 2**exponent, BACKOFF_CAP_S)
-    low = math.ceil(cap / 2)
+    # A positive cap halves to at least 1 s, even when cap / 2 underflows to 0.0 (a
+    # subnormal base such as 5e-324).
+    low = max(math.ceil(cap / 2), 1) if cap > 0 else 0
     high = max(low, math.floor(cap))
     return rng.randint(low, high)
 

@@ -26,7 +26,9 @@ def model_backoff_delay_s(base_s: float, attempt: int, rng: random.Random) -> in
     """
     exponent = min(attempt - 1, 30)
     cap = min(base_s * 2**exponent, 3600)
-    low = math.ceil(cap / 2)
+    # A positive cap halves to at least 1 s, even when cap / 2 underflows to 0.0 (a
+    # subnormal base such as 5e-324).
+    low = max(math.ceil(cap / 2), 1) if cap > 0 else 0
     high = math.floor(cap)
     if high < low:
         high = low

@@ -8,7 +8,7 @@ import random
 import statistics
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from alkstore_trio._core import backoff_delay_s
@@ -207,10 +207,12 @@ def test_q5_jitter_spreads_a_stampede():
     attempt=st.integers(min_value=1, max_value=2**40),
     seed=st.integers(min_value=0, max_value=2**32),
 )
+# A subnormal base: cap / 2 underflows to 0.0, and the delay must still be 1 s.
+@example(base_s=5e-324, attempt=1, seed=0)
 def test_q5_property_delay_is_within_the_curve(base_s, attempt, seed):
     delay = backoff_delay_s(base_s, attempt, random.Random(seed))
     cap = min(base_s * 2 ** min(attempt - 1, 30), 3600)
-    low = math.ceil(cap / 2)
+    low = max(math.ceil(cap / 2), 1) if cap > 0 else 0
     assert type(delay) is int
     assert low <= delay <= max(low, math.floor(cap))
     assert 0 <= delay <= 3600

@@ -86,7 +86,9 @@ def _jitter_range(base_s: float, attempt: int) -> tuple[int, int]:
     """Q5, written out independently of the library: the inclusive integer range of the
     backoff delay after claim number ``attempt`` (decision 12 for caps below 1 s)."""
     cap = min(base_s * 2 ** min(attempt - 1, 30), 3600)
-    low = math.ceil(cap / 2)
+    # A positive cap halves to at least 1 s, even when cap / 2 underflows to 0.0 (a
+    # subnormal base such as 5e-324).
+    low = max(math.ceil(cap / 2), 1) if cap > 0 else 0
     return low, max(low, math.floor(cap))
 
 
