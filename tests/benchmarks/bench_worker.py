@@ -660,7 +660,9 @@ def prefill_with(tree: Path, schema: str, jobs: int) -> float:
         "print(trio.run(run))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+    # Run from the other checkout: `-c` puts the working directory first on sys.path.
+    args = [sys.executable, "-c", code]
+    out = subprocess.run(args, env=env, cwd=tree, capture_output=True, check=True)
     with bp._admin() as admin:
         admin.execute(f"ANALYZE {bp._sql.quote_ident(schema)}.jobs")
     return float(out.stdout.decode().split()[-1])

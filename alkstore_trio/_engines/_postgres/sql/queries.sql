@@ -796,12 +796,14 @@ SELECT (SELECT count(*) FROM target) > 0, (SELECT count(*) FROM announced);
 -- name: settle_cancelled
 -- Q19.5: the holders finalize their cancelling claims: each listed (id, claim token)
 -- pair of this queue whose row is cancelling under that token (no lease check: a holder
--- may settle late), counted as cancelled (D27); the ids finalized.
+-- may settle late), counted as cancelled (D27); the ids finalized. Rows are locked in id
+-- order, as the sweep's `lapsed` locks them: the two never deadlock.
 WITH doomed AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text
         AND (j.id, j.claim_token) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]))
         AND (j.state = 'cancelling') IS TRUE
+    ORDER BY j.id
     FOR UPDATE
 ),
 {finalize_cancelled(doomed = doomed)},
@@ -884,13 +886,15 @@ FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint;
 -- Q19.5: cancelling rows whose lease lapsed are finalized as cancelled (found through
 -- jobs_cancelling_idx); Q9: expired live rows, but not cancelling ones (a cancelled job
 -- is never 'expired'), to dead ('expired'); both counted (D27) by one counter upsert;
--- then purge dead rows past retention (retention_s NULL: keep forever). Rows moved to
+-- then purge dead rows past retention (retention_s NULL: keep forever). The lapsed rows
+-- are locked in id order, as settle_cancelled locks them (no deadlock). Rows moved to
 -- dead by this statement are not visible to its purge, and could not qualify anyway
 -- (they died now).
 WITH lapsed AS MATERIALIZED (
     SELECT j.id FROM @schema@.jobs AS j
     WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
         AND j.claim_expires_at < @schema@.alk_now()
+    ORDER BY j.id
     FOR UPDATE
 ),
 {finalize_cancelled(doomed = lapsed)},
