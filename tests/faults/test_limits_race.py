@@ -133,8 +133,10 @@ async def _rate_limit(pg_dsn, schema, open_fleet, seconds: float) -> None:
         assert abs(rate - RATE) <= 0.1 * RATE, f"throughput {rate:.1f}/s, expected 50/s ±10 %"
         # No spinning: a worker sleeps until the next token, so the fleet's claims that
         # find no token are a few per job handed out (each process's timer and each
-        # ack's wake), not hundreds.
-        assert throttled <= 10 * jobs, f"{throttled} throttled claims for {jobs} jobs: spinning"
+        # ack's wake, which reaches all four processes), not hundreds. On a quiet machine
+        # every wake is its own claim: 11-14 per job measured (2,323 and 2,913 for 210
+        # jobs); under load wakes coalesce into fewer. A spinning worker makes thousands.
+        assert throttled <= 25 * jobs, f"{throttled} throttled claims for {jobs} jobs: spinning"
 
 
 async def test_q18_9_the_rate_limit_holds_across_worker_processes(pg_dsn, schema, open_fleet):
