@@ -63,12 +63,14 @@ async def run(args: argparse.Namespace) -> int:
                 "expired": result.expired,
                 "purged": result.purged,
                 "purged_completed": result.purged_completed,
+                "cancelled": result.cancelled,
             }
             for name, result in results.items()
         ]
         expired = sum(result.expired for result in results.values())
         purged = sum(result.purged for result in results.values())
         completed = sum(result.purged_completed for result in results.values())
+        cancelled = sum(result.cancelled for result in results.values())
         say(
             json.dumps(
                 {
@@ -76,6 +78,7 @@ async def run(args: argparse.Namespace) -> int:
                     "expired": expired,
                     "purged": purged,
                     "purged_completed": completed,
+                    "cancelled": cancelled,
                 }
             )
         )
@@ -83,7 +86,7 @@ async def run(args: argparse.Namespace) -> int:
     for name, result in results.items():
         say(
             f"queue {name!r}: expired {result.expired}, purged {result.purged}, "
-            f"completed purged {result.purged_completed}"
+            f"completed purged {result.purged_completed}, cancelled {result.cancelled}"
         )
     if not results:
         say("no queue has jobs; nothing to sweep")

@@ -220,7 +220,10 @@ def test_enqueue_cancel_and_sweep(cli, on_store, tmp_path):
     assert status == EXIT_FAILED
     assert "there is no live job with this id" in err
     status, out, _ = cli("sweep")
-    assert (status, out) == (EXIT_OK, "queue 'mail': expired 0, purged 0, completed purged 0\n")
+    assert (status, out) == (
+        EXIT_OK,
+        "queue 'mail': expired 0, purged 0, completed purged 0, cancelled 0\n",
+    )
     status, _, err = cli("enqueue", "--queue", "mail", "--payload-json", "{nope")
     assert status == EXIT_USAGE
     assert "is not valid JSON" in err
@@ -337,8 +340,8 @@ def test_issue6_sweep_json(cli, on_store, schema):
     data = json.loads(out)
     assert status == EXIT_OK
     assert sorted(data["queues"], key=lambda q: q["queue"]) == [
-        {"queue": "old", "expired": 0, "purged": 0, "purged_completed": 0},
-        {"queue": "s", "expired": 1, "purged": 0, "purged_completed": 0},
+        {"queue": "old", "expired": 0, "purged": 0, "purged_completed": 0, "cancelled": 0},
+        {"queue": "s", "expired": 1, "purged": 0, "purged_completed": 0, "cancelled": 0},
     ]
     assert (data["expired"], data["purged"]) == (1, 0)
     status, out, _ = cli("sweep", "--json", "--retention-s", "0")
@@ -346,11 +349,38 @@ def test_issue6_sweep_json(cli, on_store, schema):
     assert (data["expired"], data["purged"]) == (0, 2)  # old's dead job and s's expired one
     status, out, _ = cli("sweep", "--json", "--queue", "quiet")
     assert json.loads(out) == {
-        "queues": [{"queue": "quiet", "expired": 0, "purged": 0, "purged_completed": 0}],
+        "queues": [
+            {"queue": "quiet", "expired": 0, "purged": 0, "purged_completed": 0, "cancelled": 0}
+        ],
         "expired": 0,
         "purged": 0,
         "purged_completed": 0,
+        "cancelled": 0,
     }
+
+
+def test_q19_5_sweep_reports_the_cancels_it_finalized(cli, on_store, schema):
+    """A cancel whose holder let its lease lapse is finalized by the sweep, which says so."""
+
+    async def seed(store: Store) -> None:
+        queue = store.queue("c")
+        await queue.enqueue(b"1")
+        handle = await queue.claim_one("gone-worker")
+        assert handle is not None
+        assert await queue.cancel(handle.id)  # cancelling now: its holder is told
+        async with store.transaction() as tx:  # its holder never came back
+            await tx.execute(
+                f"UPDATE \"{schema}\".jobs SET claim_expires_at = now() - interval '1 second'"
+            )
+
+    on_store(seed)
+    status, out, _ = cli("sweep", "--queue", "c")
+    assert (status, out) == (
+        EXIT_OK,
+        "queue 'c': expired 0, purged 0, completed purged 0, cancelled 1\n",
+    )
+    status, out, _ = cli("sweep", "--json", "--queue", "c")
+    assert json.loads(out)["cancelled"] == 0  # finalized once
 
 
 def test_issue6_dead_purge_refuses_without_yes_when_stdin_is_not_a_terminal(cli, on_store):
