@@ -103,14 +103,16 @@ def naming_item(index: int, handle: JobHandle) -> Iterator[None]:
 async def _consume_all(handles: Sequence[JobHandle], operation: Awaitable[_T]) -> _T:
     """Run a one-shot operation over many handles, as :meth:`JobHandle._consume` does
     for one: the handles are consumed while it runs and after it returned; if it raised
-    (engine failure, cancellation), they all stay usable, so it can be repeated."""
+    (engine failure, cancellation), each goes back to what it was, so it can be repeated
+    (a handle that was consumed before, as ``settle_cancelled`` accepts, stays consumed)."""
+    before = [handle._consumed for handle in handles]
     for handle in handles:
         handle._consumed = True
     try:
         return await operation
     except BaseException:
-        for handle in handles:
-            handle._consumed = False
+        for handle, consumed in zip(handles, before, strict=True):
+            handle._consumed = consumed
         raise
 
 

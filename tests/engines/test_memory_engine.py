@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -28,7 +28,7 @@ from alkstore_trio import (
     open_store,
 )
 from alkstore_trio._core import EnqueueSpec, _transitions
-from alkstore_trio.engine import MemoryEngine
+from alkstore_trio.engine import Claim, ForwardingEngine, MemoryEngine
 from alkstore_trio.testing import ManualClock
 
 T0 = datetime(2000, 1, 1, tzinfo=UTC)
@@ -1032,3 +1032,23 @@ async def test_q2_open_store_zero_max_payload_bytes_allows_only_empty_payloads()
         assert await queue.enqueue(b"") == 1
         with pytest.raises(InvalidArgument):
             await queue.enqueue(b"x")
+
+
+async def test_q19_5_failed_settle_cancelled_leaves_an_already_consumed_handle_consumed():
+    """settle_cancelled accepts handles an ack already consumed; when the engine fails
+    it, each handle goes back to what it was before: that one stays consumed."""
+
+    class FailingSettle(ForwardingEngine):
+        async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
+            raise EngineError("settle failed")
+
+    async with open_store(FailingSettle(MemoryEngine(ManualClock()))) as store:
+        queue = store.queue("q")
+        await queue.enqueue_many([b"a", b"b"])
+        acked, fresh = await queue.claim_batch("w", 2)
+        assert await acked.ack()
+        with pytest.raises(EngineError):
+            await queue.settle_cancelled([acked, fresh])
+        with pytest.raises(HandleConsumed):
+            await acked.ack()
+        assert await fresh.ack()
