@@ -212,11 +212,16 @@ class JobActors:
 
     def _acked(self, job: Job, value: object) -> Outcome:
         """Q19.1 (R16): the outcome of a handler that returned ``value``: an ack with its
-        result (``None``: none). A value that is not bytes-like or ``None``, or larger
-        than the store's ``max_result_bytes``, retries the job with an error saying so
-        (never truncated, never ignored). A result of a job that is not kept is
-        discarded: counted, and logged once per worker and queue."""
+        result (``None``: none). On a kept job, a value that is not bytes-like or
+        ``None``, or larger than the store's ``max_result_bytes``, retries the job with
+        an error saying so (never truncated, never ignored). A job that is not kept has
+        nowhere to put a result, so whatever the handler returned is discarded (counted,
+        logged once per worker and queue) and the job is acked: a handler that returned
+        ``True`` before results existed does not start retrying its finished work."""
         if value is None:
+            return ACK
+        if job.keep_completed_s is None:
+            self._discarded(job, value)
             return ACK
         try:
             result = v.result_bytes(value, self.max_result_bytes)
@@ -229,19 +234,21 @@ class JobActors:
             )
             self.reporter.log(logging.WARNING, "handler_error", job, "%s", error, error=error)
             return Outcome("retry", error)
-        if job.keep_completed_s is not None:
-            return Outcome("ack", result=result)
+        return Outcome("ack", result=result)
+
+    def _discarded(self, job: Job, value: object) -> None:
         self.counts["results_discarded"] += 1
-        if job.queue not in self.discard_logged:
-            self.discard_logged.add(job.queue)
-            self.reporter.log(
-                logging.WARNING,
-                "result_discarded",
-                job,
-                "the handler's result was discarded: the queue's jobs are not kept "
-                "(QueueOpts(keep_completed_s=None)); set keep_completed_s to keep results",
-            )
-        return ACK
+        if job.queue in self.discard_logged:
+            return
+        self.discard_logged.add(job.queue)
+        self.reporter.log(
+            logging.WARNING,
+            "result_discarded",
+            job,
+            "the handler's return value (a %s) was discarded: the queue's jobs are not kept "
+            "(QueueOpts(keep_completed_s=None)); set keep_completed_s to keep results",
+            type(value).__name__,
+        )
 
     async def run_heartbeat(self, claim: Claim) -> None:
         """R6: started by the dispatcher once the handler has run for one

@@ -104,6 +104,29 @@ async def test_q19_1_an_unkept_jobs_result_is_discarded_counted_and_logged_once(
     assert "keep_completed_s" in discarded[0].getMessage()
 
 
+@pytest.mark.parametrize("value", ["text", True, {"a": 1}, b"x" * 65])
+async def test_q19_1_an_unkept_jobs_return_value_of_any_type_or_size_is_discarded_and_acked(
+    autojump_clock, store, caplog, value
+):
+    """A handler written before results existed (returning True, say) keeps working on a
+    queue that does not keep jobs: its return has nowhere to go and never retries it."""
+    queue = store.queue("plain")
+    job_id = await queue.enqueue(b"x")
+
+    async def handler(job):
+        return value
+
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().acked == 1)
+    stats = worker.statistics()
+    assert (stats.retried, stats.handler_errors, stats.results_discarded) == (0, 0, 1)
+    assert await queue.get_job(job_id) is None
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "result_discarded"]
+    assert f"(a {type(value).__name__})" in record.getMessage()
+
+
 @pytest.mark.parametrize("bad", [-1, 2**30 + 1, True, 1.5, "1"])
 async def test_q19_1_max_result_bytes_is_validated(bad):
     with pytest.raises(InvalidArgument, match="max_result_bytes"):
