@@ -42,7 +42,8 @@ from .._core import (
 from . import _model_cancel  # Q19.5
 from ._model_backoff import _after, _Stamps, model_backoff_delay_s
 from ._model_history import ModelHistory  # Q19.1-Q19.3
-from ._model_limits import ModelLimits  # Q18.7-Q18.11
+from ._model_limits import HOLDING as _HOLDING  # Q18.7-Q18.11
+from ._model_limits import ModelLimits
 from ._model_stats import queue_stats, reclaimable  # D22
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
@@ -329,21 +330,23 @@ class ReferenceModel:
         return out
 
     def _live_by_key(self, queue: str, now: datetime) -> dict[str, list[datetime]]:
-        """Q18.8: the deadlines of each concurrency key's unexpired leases."""
+        """Q18.8: the deadlines of each concurrency key's unexpired leases (processing or
+        cancelling: a cancelled handler holds its slot until it stopped)."""
         keys: dict[str, list[datetime]] = {}
         for job in self._live(queue):
             live = job.claim_expires_at is not None and now <= job.claim_expires_at
-            if job.state == "processing" and live and job.concurrency_key is not None:
+            if job.state in _HOLDING and live and job.concurrency_key is not None:
                 assert job.claim_expires_at is not None
                 keys.setdefault(job.concurrency_key, []).append(job.claim_expires_at)
         return keys
 
     def _live_leases(self, queue: str, now: datetime) -> list[datetime]:
-        """Q18.7: the deadlines of the queue's processing rows under unexpired leases."""
+        """Q18.7: the deadlines of the queue's processing and cancelling rows under
+        unexpired leases."""
         return [
             job.claim_expires_at
             for job in self._live(queue)
-            if job.state == "processing"
+            if job.state in _HOLDING
             and job.claim_expires_at is not None
             and now <= job.claim_expires_at
         ]

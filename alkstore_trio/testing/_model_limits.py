@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 _J = TypeVar("_J", bound="Job")
 
+# Q18.7/Q18.8: the states whose unexpired lease holds a slot of a limited queue (a
+# cancelled handler holds its slot until it stopped, Q19.5).
+HOLDING = frozenset({"processing", "cancelling"})
+
 
 class _Bucket:
     def __init__(self, limits: QueueLimits, now: datetime) -> None:

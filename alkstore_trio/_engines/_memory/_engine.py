@@ -286,7 +286,12 @@ class MemoryEngine:
         return await self._call(run)
 
     async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
-        return await self._call(lambda table, now: table.settle_cancelled(queue, claims, now))
+        def run(table: JobTable, now: datetime) -> list[int]:
+            settled = table.settle_cancelled(queue, claims, now)
+            self._freed(table, queue, len(settled))  # a cancelling lease held a slot
+            return settled
+
+        return await self._call(run)
 
     async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
         return await self._call(lambda table, now: table.cancelling_among(queue, job_ids))

@@ -12,24 +12,33 @@ is for tests and single processes; PostgreSQL's claim finds each key's jobs by i
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..._core import _transitions as t
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from datetime import datetime
 
     from ..._core import Job
     from ._table import JobTable, _QueueIndex
 
 
+def holding(index: _QueueIndex) -> Iterator[tuple[datetime, int, int]]:
+    """Q18.7/Q18.8: the lease entries that can hold a limited queue's slot: processing
+    and cancelling rows (a cancelled handler holds its slot until it stopped; entries may
+    be stale: check the generation)."""
+    return itertools.chain(index.leases, index.cancelling)
+
+
 def live_by_key(table: JobTable, index: _QueueIndex, now: datetime) -> Counter[str]:
-    """Q18.8: each key's jobs processing under an unexpired lease."""
+    """Q18.8: each key's jobs processing or cancelling under an unexpired lease."""
     gens, live = table._gen, table._live
     return Counter(
         key
-        for expires, job_id, gen in index.leases
+        for expires, job_id, gen in holding(index)
         if gens.get(job_id) == gen
         and expires >= now
         and (key := live[job_id].concurrency_key) is not None
@@ -91,7 +100,7 @@ def key_lease_s(table: JobTable, index: _QueueIndex, cap: int, now: datetime) ->
         keys.add(job.concurrency_key)
     deadlines = [
         expires
-        for expires, job_id, gen in index.leases
+        for expires, job_id, gen in holding(index)
         if gens.get(job_id) == gen and expires >= now and live[job_id].concurrency_key in keys
     ]
     return None if not deadlines else (min(deadlines) - now).total_seconds()

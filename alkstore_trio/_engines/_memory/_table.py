@@ -326,12 +326,13 @@ class JobTable:
         return False
 
     def _leases(self, index: _QueueIndex, now: datetime) -> list[datetime]:
-        """Q18.7: the deadlines of the queue's unexpired leases (stale entries of the
-        lease heap do not count, nor lapsed ones)."""
+        """Q18.7: the deadlines of the queue's unexpired leases, processing or cancelling
+        (a cancelled handler holds its slot until it stopped; stale heap entries do not
+        count, nor lapsed ones)."""
         gens = self._gen
         return [
             expires
-            for expires, job_id, gen in index.leases
+            for expires, job_id, gen in _per_key.holding(index)
             if gens.get(job_id) == gen and expires >= now
         ]
 

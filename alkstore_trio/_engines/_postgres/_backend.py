@@ -431,7 +431,9 @@ class PostgresEngine:
         return bool(cancelled)
 
     async def settle_cancelled(self, queue: str, claims: Sequence[Claim]) -> list[int]:
-        return [row[0] for row in await self._run("settle_cancelled", _claim_params(queue, claims))]
+        rows = await self._run("settle_cancelled", _claim_params(queue, claims))
+        await self._freed(queue, len(rows))  # Q18.7: a cancelling lease held a slot
+        return [row[0] for row in rows]
 
     async def cancelling_among(self, queue: str, job_ids: Sequence[int]) -> list[int]:
         params: dict[str, object] = {"queue": queue, "ids": _int_array(job_ids)}

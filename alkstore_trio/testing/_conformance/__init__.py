@@ -211,6 +211,7 @@ from .q17_periodic_delete import (  # Q17.10
     q17_10_delete_periodic_rejects_a_bad_name_without_effect,
 )
 from .q18_limits import (
+    q18_7_a_cancelling_job_holds_its_slot_until_settled_or_lapsed,
     q18_7_freed_slots_and_set_limits_wake_the_queue,
     q18_7_max_running_caps_the_live_leases_of_every_claim,
     q18_9_limits_combine_and_a_pause_still_wins,
@@ -431,6 +432,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     # Q18.7-Q18.11: queue limits.
     q18_7_max_running_caps_the_live_leases_of_every_claim,
     q18_7_freed_slots_and_set_limits_wake_the_queue,
+    q18_7_a_cancelling_job_holds_its_slot_until_settled_or_lapsed,
     # Q18.8: per-key concurrency.
     q18_8_the_concurrency_key_travels_with_the_job,
     q18_8_bad_concurrency_keys_raise_without_effect,

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ... import InvalidArgument, QueueLimits, QueueOpts
-from ._helpers import _check, _nothing_claimable, _raises, _wait_for_wakes
+from ._helpers import INSTANT_S, _check, _nothing_claimable, _raises, _wait_for_wakes
 
 if TYPE_CHECKING:
     from ..._store import Queue
@@ -204,3 +204,40 @@ async def q18_7_freed_slots_and_set_limits_wake_the_queue(harness: EngineHarness
             await _wait_for_wakes(listener, {"limit-wake"}, "a retry of a limited queue")
             assert await third.fail("x") is True, "fail refused"
             await _wait_for_wakes(listener, {"limit-wake"}, "a fail of a limited queue")
+
+
+@_check
+async def q18_7_a_cancelling_job_holds_its_slot_until_settled_or_lapsed(
+    harness: EngineHarness,
+) -> None:
+    """Q18.7/Q18.8/Q19.5: a cancelled job's handler may still be running, so its
+    cancelling row holds a slot of max_running and of its key while its lease is live
+    (next_due_in_s waits for that lease); its holder's settle frees the slot and wakes
+    the queue, and a lapsed lease stops counting."""
+    async with harness.open_store() as store:
+        queue = store.queue("limit-cancelling", QueueOpts(visibility_timeout_s=10))
+        first = await queue.enqueue(b"first", concurrency_key="k")
+        second = await queue.enqueue(b"second", concurrency_key="k")
+        await queue.set_limits(max_running=1)
+        (held,) = await queue.claim_batch("holder", 5)
+        assert held.id == first, f"claimed {held.id}, not the first job {first}"
+        assert await queue.cancel(first) is True, "cancel refused"
+        await _nothing_claimable(queue, "max_running=1 with a cancelling job")
+        due = await queue.next_due_in_s()
+        assert due is not None, "next_due_in_s under a cancelling lease: None"
+        assert 0 < due <= 10, f"next_due_in_s under a cancelling lease: {due}"
+        await queue.set_limits(max_running=None, max_running_per_key=1)
+        await _nothing_claimable(queue, "max_running_per_key=1 with the key's job cancelling")
+        async with store.open_wake_listener([queue]) as listener:
+            assert await queue.settle_cancelled([held]) == [True], "settle refused"
+            await _wait_for_wakes(listener, {"limit-cancelling"}, "a settled cancel")
+        assert await _ids(queue, 5) == [second], "the settled cancel did not free its slot"
+        # A cancelling row whose lease lapsed holds nothing (nobody runs it).
+        lapsed = store.queue("limit-cancelling-lapsed", QueueOpts(visibility_timeout_s=10))
+        one, two = await lapsed.enqueue_many([b"one", b"two"])
+        await lapsed.set_limits(max_running=1)
+        assert await _ids(lapsed, 5) == [one], "the first claim"
+        assert await lapsed.cancel(one) is True, "cancel refused"
+        await _nothing_claimable(lapsed, "max_running=1 with a live cancelling lease")
+        await harness.advance(10 + INSTANT_S)
+        assert await _ids(lapsed, 5) == [two], "a lapsed cancelling lease still held its slot"

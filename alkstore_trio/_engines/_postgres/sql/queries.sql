@@ -996,11 +996,19 @@ ready_keys AS (
         SELECT count(*) FROM @schema@.jobs AS j
         WHERE j.queue = %(queue)s::text AND j.concurrency_key = p.k
             AND j.state = 'processing' AND j.claim_expires_at >= @schema@.alk_now()
-    ) AS live, (
+    ) + (
+        SELECT count(*) FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
+            AND j.claim_expires_at >= @schema@.alk_now() AND j.concurrency_key = p.k
+    ) AS live, least((
         SELECT min(j.claim_expires_at) FROM @schema@.jobs AS j
         WHERE j.queue = %(queue)s::text AND j.concurrency_key = p.k
             AND j.state = 'processing' AND j.claim_expires_at >= @schema@.alk_now()
-    ) AS lapse
+    ), (
+        SELECT min(j.claim_expires_at) FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
+            AND j.claim_expires_at >= @schema@.alk_now() AND j.concurrency_key = p.k
+    )) AS lapse
     FROM pending_keys AS p
     WHERE p.k IS NOT NULL AND (
         SELECT true FROM @schema@.jobs AS j
@@ -1015,10 +1023,16 @@ waits AS (
     SELECT
         CASE WHEN c.tokens < 1 THEN (1 - c.tokens) / c.rate_per_s END AS token_s,
         CASE WHEN c.live >= c.max_running THEN (
-            SELECT pg_catalog.date_part('epoch', min(j.claim_expires_at) - @schema@.alk_now())
-            FROM @schema@.jobs AS j
-            WHERE j.queue = %(queue)s::text AND j.state = 'processing'
-                AND j.claim_expires_at >= @schema@.alk_now()
+            -- a cancelling lease holds a slot too (Q19.5): one probe of each partial index
+            SELECT pg_catalog.date_part('epoch', least((
+                SELECT min(j.claim_expires_at) FROM @schema@.jobs AS j
+                WHERE j.queue = %(queue)s::text AND j.state = 'processing'
+                    AND j.claim_expires_at >= @schema@.alk_now()
+            ), (
+                SELECT min(j.claim_expires_at) FROM @schema@.jobs AS j
+                WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
+                    AND j.claim_expires_at >= @schema@.alk_now()
+            )) - @schema@.alk_now())
         ) END AS lease_s,
         CASE WHEN c.max_running_per_key IS NOT NULL AND NOT coalesce((
             SELECT true FROM @schema@.jobs AS j
@@ -1374,7 +1388,9 @@ FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text FOR UPDATE;
 -- Q18.7/Q18.9: the queue's control row at alk_now() (no row: no controls): paused,
 -- max_running, rate_per_s, max_running_per_key (Q18.8), the bucket's tokens refilled to now (Q18.9: rate_per_s a
 -- second since refilled_at, up to burst; NULL without a rate), and `live`: the queue's
--- processing rows under unexpired leases (a walk of the lease index's live entries).
+-- processing and cancelling rows under unexpired leases (a cancelled handler holds its
+-- slot until it stopped: Q19.5; walks of the lease index's and the cancelling index's
+-- live entries).
 SELECT
     k.paused, k.max_running, k.rate_per_s, k.max_running_per_key,
     CASE WHEN k.rate_per_s IS NOT NULL THEN least(
@@ -1385,7 +1401,10 @@ SELECT
     ) END AS tokens,
     (SELECT count(*) FROM @schema@.jobs AS j
      WHERE j.queue = %(queue)s::text AND j.state = 'processing'
-        AND j.claim_expires_at >= @schema@.alk_now()) AS live
+        AND j.claim_expires_at >= @schema@.alk_now())
+    + (SELECT count(*) FROM @schema@.jobs AS j
+       WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
+          AND j.claim_expires_at >= @schema@.alk_now()) AS live
 FROM @schema@.queue_controls AS k WHERE k.queue = %(queue)s::text
 
 -- fragment: limit_allowance
@@ -1496,6 +1515,11 @@ slots AS MATERIALIZED (
         SELECT count(*) FROM @schema@.jobs AS j
         WHERE j.queue = %(queue)s::text AND j.concurrency_key = u.k
             AND j.state = 'processing' AND j.claim_expires_at >= @schema@.alk_now()
+    ) - (
+        -- Q19.5: a cancelled handler holds its key's slot until it stopped
+        SELECT count(*) FROM @schema@.jobs AS j
+        WHERE j.queue = %(queue)s::text AND j.state = 'cancelling'
+            AND j.claim_expires_at >= @schema@.alk_now() AND j.concurrency_key = u.k
     )) AS free
     FROM (
         SELECT k FROM pending_keys WHERE k IS NOT NULL
