@@ -13,7 +13,11 @@ with ``git show``) beside the working tree's, and times the same work with each:
 - ``claim+ack_claims``: ``claim(n=10)`` then ``ack_claims`` of the ten;
 - ``ack_claims_and_claim``: the worker's fused loop (D21), n=10;
 - ``claim``: ``claim(n=10)`` alone (the rows stay processing);
-- ``heartbeat_claims``: one renewal of ten claims, again and again.
+- ``heartbeat_claims``: one renewal of ten claims, again and again;
+- ``claim_limited+ack``: a limited queue's claim (Q18.7, ``max_running`` far above
+  what runs, so it never throttles) of ten, then ``ack_claims`` of the ten; the
+  statements alone, without the engine's barrier and lock (those are the same on both
+  sides).
 
 Each side runs on the schema of its own commit (``schema.sql`` at the ref), so a
 migration's constraint (version 9 refuses a claim without a token) holds on each.
@@ -242,6 +246,20 @@ def op_fused(side: Side, jobs: int) -> None:
     side.run("ack_claims", side.claims(rows))
 
 
+def op_claim_limited_ack(side: Side, jobs: int) -> None:
+    if "claim_limited" not in side.q:
+        raise SystemExit(f"{side.label}: this commit has no claim_limited statement")
+    side.admin.execute(
+        f"INSERT INTO {_sql.quote_ident(side.schema)}.queue_controls "
+        "(queue, updated_at, max_running) VALUES (%s, now(), 1000000) ON CONFLICT DO NOTHING",
+        [QUEUE],
+    )
+    params = {"queue": QUEUE, "worker_id": "ab", "n": 10, "channel": side.channel}
+    for _ in range(jobs // 10):
+        rows = side.run("claim_limited", {**params, "token_base": token_base()})
+        assert len(side.run("ack_claims", side.claims(rows))) == 10
+
+
 def op_claim(side: Side, jobs: int) -> None:
     for _ in range(jobs // 10):
         assert len(side.claim(10)) == 10
@@ -270,6 +288,7 @@ CASES: dict[str, tuple[Callable[[Side, int], None], int, bool]] = {
     "ack_claims_and_claim": (op_fused, 500, True),
     "claim": (op_claim, 500, True),
     "heartbeat_claims": (op_heartbeat_claims, 500, True),
+    "claim_limited+ack": (op_claim_limited_ack, 500, True),
 }
 
 
