@@ -12,7 +12,7 @@ import msgspec
 import trio
 
 from .._errors import InvalidArgument
-from .._runtime import Fail, Retry
+from .._runtime import Fail, TimedOut
 from .._store import Queue, Store, Transaction
 from ._codec import ArgsCodec, argument_error
 from ._options import UNSET, TaskOptions, make_key
@@ -303,7 +303,7 @@ class Task(Generic[P, R]):
 
         Raises:
             Fail: the arguments do not decode, or the return value does not encode.
-            Retry: ``timeout_s`` ran out.
+            TimedOut: ``timeout_s`` ran out (a ``Retry`` the worker counts as a timeout).
         """
         name = self._name
         try:
@@ -319,7 +319,7 @@ class Task(Generic[P, R]):
             with trio.move_on_after(timeout_s) as scope:
                 value = await self._call(kwargs)
             if scope.cancelled_caught:
-                raise Retry(error=f"task {name!r} timed out after {timeout_s:g}s (timeout_s)")
+                raise TimedOut(error=f"task {name!r} timed out after {timeout_s:g}s (timeout_s)")
         if self._codec.returns is None:
             return None
         try:
