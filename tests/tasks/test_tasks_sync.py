@@ -106,7 +106,7 @@ async def test_t7_at_most_thread_limit_sync_tasks_run_at_once(autojump_clock, st
         with lock:
             running_now[0] -= 1
 
-    await count.defer_many(store, [{"n": n} for n in range(5)])
+    await count.defer_many(store, [count.call(n=n) for n in range(5)])
     worker = Worker(store, tasks, concurrency=5)
     async with running(worker):
         await wait_until(lambda: running_now[0] == 2)
