@@ -184,9 +184,9 @@ class JobActors:
             return self._acked(job, value)
         except TimedOut as timed_out:  # T5: a task's own timeout_s is a timeout too
             self.counts["timed_out"] += 1
-            error = error_text(timed_out.error)
-            self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
-            return Outcome("retry", error, timed_out.delay_s)
+            text = error_text(timed_out.error)
+            self.reporter.log(logging.WARNING, "timeout", job, "%s", text, error=text)
+            return Outcome("retry", text, timed_out.delay_s)
         except Retry as retry:
             return Outcome("retry", error_text(retry.error), retry.delay_s)
         except Fail as fail:
