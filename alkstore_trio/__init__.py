@@ -71,6 +71,7 @@ from ._store import Transaction as Transaction
 
 if _TYPE_CHECKING:
     from ._tasks import Task as Task
+    from ._tasks import TaskCall as TaskCall
     from ._tasks import TaskOptions as TaskOptions
     from ._tasks import Tasks as Tasks
 
@@ -78,7 +79,7 @@ __version__ = "0.1.0"
 
 #: The names of the ``tasks`` extra, imported on first use: ``import alkstore_trio`` never
 #: imports msgspec.
-_TASK_NAMES = frozenset({"Task", "TaskOptions", "Tasks"})
+_TASK_NAMES = frozenset({"Task", "TaskCall", "TaskOptions", "Tasks"})
 
 
 def __getattr__(name: str) -> object:

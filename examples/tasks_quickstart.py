@@ -1,5 +1,5 @@
 """Typed tasks: declare functions as tasks, defer calls of them, and serve them with a
-worker (needs the ``tasks`` extra: ``pip install 'alkstore_trio[tasks]'``).
+worker (needs the ``tasks`` extra: ``pip install -e '.[tasks]'`` in a checkout).
 
 - ``send_email`` and ``bill`` share the ``mail`` queue; the worker routes each job by its
   task name and decodes the arguments into the annotated types (a dataclass, a datetime,
@@ -77,7 +77,9 @@ async def main() -> None:
             await bill.defer(store, account="acme", plan=Plan.PRO, lines=[], at="tomorrow")
         except alkstore_trio.InvalidArgument as exc:
             print("refused:", exc)
-        await resize.defer_many(store, [{"path": f"img{n}.png", "width": 128} for n in range(3)])
+        await resize.defer_many(
+            store, [resize.call(path=f"img{n}.png", width=128) for n in range(3)]
+        )
         async with store.transaction() as tx:
             await send_email.defer(tx, to="bob@example.com", subject="invoice")
         await store.queue("mail").enqueue(b'{"v":1,"task":"retired_task","args":{}}')

@@ -9,6 +9,7 @@ from ._asyncio import AsyncioCancelled as AsyncioCancelled
 from ._asyncio import asyncio_handler as asyncio_handler
 from ._outcomes import Fail as Fail
 from ._outcomes import Retry as Retry
+from ._outcomes import TimedOut as TimedOut
 from ._supervisor import ChildStatistics as ChildStatistics
 from ._supervisor import RestartPolicy as RestartPolicy
 from ._supervisor import Supervisor as Supervisor

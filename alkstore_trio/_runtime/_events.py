@@ -53,7 +53,8 @@ class WorkerStatistics:
         in_flight: Claims held now (handler running, or its outcome not yet applied).
         handler_errors: Handlers that raised an exception other than ``Retry``/``Fail``,
             or returned something other than bytes or ``None`` (Q19.1).
-        timed_out: Handlers cancelled by ``job_timeout_s``.
+        timed_out: Handlers cancelled by ``job_timeout_s`` (or ``queue_job_timeout_s``),
+            or by a typed task's own ``timeout_s`` (T5).
         engine_errors: Store operations that failed with ``EngineError`` (retried later).
         events_dropped: Events not delivered to a full :meth:`Worker.events` stream.
         started: Handlers started.

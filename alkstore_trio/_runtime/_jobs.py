@@ -32,7 +32,7 @@ from .._errors import InvalidArgument
 from ._actors import Finished, HeartbeatRequest
 from ._book import ACK, ClaimState, Outcome
 from ._events import describe, error_text
-from ._outcomes import Fail, Retry
+from ._outcomes import Fail, Retry, TimedOut
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -182,6 +182,11 @@ class JobActors:
                 self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return Outcome("retry", error)
             return self._acked(job, value)
+        except TimedOut as timed_out:  # T5: a task's own timeout_s is a timeout too
+            self.counts["timed_out"] += 1
+            text = error_text(timed_out.error)
+            self.reporter.log(logging.WARNING, "timeout", job, "%s", text, error=text)
+            return Outcome("retry", text, timed_out.delay_s)
         except Retry as retry:
             return Outcome("retry", error_text(retry.error), retry.delay_s)
         except Fail as fail:

@@ -37,6 +37,13 @@ class Retry(Exception):
         self.error = error
 
 
+class TimedOut(Retry):
+    """A :class:`Retry` that says a time limit of the handler's own ran out (a typed
+    task's ``timeout_s``, T5). The worker treats it as its own ``job_timeout_s``: it
+    retries the job with ``error``, counts it in ``statistics().timed_out`` and logs a
+    ``timeout`` event (not a handler error). Internal: raised by the tasks layer."""
+
+
 class Fail(Exception):
     """Raised by a handler to dead-letter its job now, whatever attempts it has left.
 

@@ -7,3 +7,4 @@ from ._codec import ENVELOPE_VERSION as ENVELOPE_VERSION
 from ._options import TaskOptions as TaskOptions
 from ._registry import Tasks as Tasks
 from ._task import Task as Task
+from ._task import TaskCall as TaskCall

@@ -12,7 +12,7 @@ import msgspec
 import trio
 
 from .._errors import InvalidArgument
-from .._runtime import Fail, Retry
+from .._runtime import Fail, TimedOut
 from .._store import Queue, Store, Transaction
 from ._codec import ArgsCodec, argument_error
 from ._options import UNSET, TaskOptions, make_key
@@ -197,27 +197,44 @@ class Task(Generic[P, R]):
             )
         raise _bad_target(target)
 
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall[P, R]:
+        """One call of the task, checked now but not run nor enqueued: what
+        :meth:`defer_many` takes (``send_email.call(to="ada@example.com", subject="hi")``).
+        Typed like :meth:`defer`, so mypy checks each call against the signature.
+
+        Raises:
+            InvalidArgument: the arguments do not fit the function's signature.
+        """
+        bound = self._codec.bind(args, kwargs)
+        return TaskCall(self._name, bound, self._codec.encode(bound))
+
     async def defer_many(
-        self, target: Store | Transaction, calls: Iterable[Mapping[str, Any]], /
+        self, target: Store | Transaction, calls: Iterable[TaskCall[P, R]], /
     ) -> list[Enqueued]:
-        """Enqueue many calls of the task at once (T4): each mapping holds one call's
-        arguments by name; all are checked before anything is enqueued.
+        """Enqueue many calls of the task at once (T4): each made with :meth:`call`
+        (checked when made, and by mypy); the calls' keys are computed, and every call
+        checked to be one of this task, before anything is enqueued.
 
         On a :class:`Store` it is one ``enqueue_many`` (one round trip, all or none); in
         a :class:`Transaction`, one enqueue per call, committed or rolled back together.
+
+        Example::
+
+            await notify.defer_many(store, [notify.call(user_id=n) for n in ids])
 
         Returns:
             One id per call, in order (empty for no calls).
 
         Raises:
-            InvalidArgument: a call's arguments are invalid (the message gives its index);
-                nothing was enqueued.
+            InvalidArgument: ``calls`` is not an iterable of calls of this task, or a
+                call's key is invalid (the message gives its index); nothing was
+                enqueued.
             StoreClosed: the store is closed.
         """
-        if isinstance(calls, Mapping | str | bytes):
+        if isinstance(calls, TaskCall | Mapping | str | bytes):
             raise InvalidArgument(
-                "calls must be an iterable of mappings, one per call (e.g. a list of "
-                f"dicts); got a single {type(calls).__name__}"
+                "calls must be an iterable of calls, one per job (e.g. a list of "
+                f"task.call(...)); got a single {type(calls).__name__}"
             )
         payloads, unique_keys, concurrency_keys = self._encode_calls(calls)
         o = self._options
@@ -259,32 +276,35 @@ class Task(Generic[P, R]):
         return queue
 
     def _encode_calls(
-        self, calls: Iterable[Mapping[str, Any]]
+        self, calls: Iterable[TaskCall[P, R]]
     ) -> tuple[list[bytes], list[str | None] | None, list[str | None] | None]:
         """Every call's payload and keys, or ``InvalidArgument`` naming the first bad one."""
-        codec, o = self._codec, self._options
+        o = self._options
         payloads: list[bytes] = []
         unique_keys: list[str | None] | None = None if o.unique_key is None else []
         concurrency_keys: list[str | None] | None = None if o.concurrency_key is None else []
         for index, call in enumerate(calls):
-            if not isinstance(call, Mapping):
+            if not isinstance(call, TaskCall):
                 raise InvalidArgument(
-                    f"calls[{index}] must be a mapping of argument names to values; got "
-                    f"{type(call).__name__}"
+                    f"calls[{index}] must be a call made with {self._name}.call(...) (or "
+                    f"the task's .call); got {type(call).__name__}"
                 )
-            try:
-                bound = codec.bind((), dict(call))
-                payloads.append(codec.encode(bound))
-                if unique_keys is not None or concurrency_keys is not None:
-                    arguments = msgspec.structs.asdict(bound)
+            if call.task != self._name:
+                raise InvalidArgument(
+                    f"calls[{index}] is a call of task {call.task!r}, not of {self._name!r}"
+                )
+            payloads.append(call.payload)
+            if unique_keys is not None or concurrency_keys is not None:
+                try:
+                    arguments = msgspec.structs.asdict(call._bound)
                     if unique_keys is not None:
                         unique_keys.append(make_key("unique_key", o.unique_key, arguments))
                     if concurrency_keys is not None:
                         concurrency_keys.append(
                             make_key("concurrency_key", o.concurrency_key, arguments)
                         )
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"calls[{index}]: {exc}") from None
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"calls[{index}]: {exc}") from None
         return payloads, unique_keys, concurrency_keys
 
     def decode_result(self, data: bytes | bytearray | memoryview) -> R:
@@ -303,7 +323,7 @@ class Task(Generic[P, R]):
 
         Raises:
             Fail: the arguments do not decode, or the return value does not encode.
-            Retry: ``timeout_s`` ran out.
+            TimedOut: ``timeout_s`` ran out (a ``Retry`` the worker counts as a timeout).
         """
         name = self._name
         try:
@@ -319,7 +339,7 @@ class Task(Generic[P, R]):
             with trio.move_on_after(timeout_s) as scope:
                 value = await self._call(kwargs)
             if scope.cancelled_caught:
-                raise Retry(error=f"task {name!r} timed out after {timeout_s:g}s (timeout_s)")
+                raise TimedOut(error=f"task {name!r} timed out after {timeout_s:g}s (timeout_s)")
         if self._codec.returns is None:
             return None
         try:
@@ -346,3 +366,20 @@ def _bad_target(target: object) -> InvalidArgument:
         f"target must be a Store or a Transaction (from store.transaction()); got "
         f"{type(target).__name__}"
     )
+
+
+@final
+class TaskCall(Generic[P, R]):
+    """One call of a task, checked against its signature, made with :meth:`Task.call`
+    for :meth:`Task.defer_many`. Immutable; ``task`` is the task's name and ``payload``
+    the call's envelope (T1)."""
+
+    __slots__ = ("_bound", "payload", "task")
+
+    def __init__(self, task: str, bound: msgspec.Struct, payload: bytes) -> None:
+        self.task = task
+        self._bound = bound
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return f"<call of task {self.task!r}>"  # never the arguments (they may be secret)

@@ -58,7 +58,13 @@ from pathlib import Path
 import pytest
 
 #: The install commands the pages may show (the test environment is one of them).
-INSTALL_COMMANDS = frozenset({"pip install -e '.[dev]'", "pip install -e '.[postgres]'"})
+INSTALL_COMMANDS = frozenset(
+    {
+        "pip install -e '.[dev]'",
+        "pip install -e '.[postgres]'",
+        "pip install -e '.[postgres,tasks]'",
+    }
+)
 #: A command, a program or a worker's startup that takes longer than this is a hang.
 STEP_TIMEOUT_S = 90
 

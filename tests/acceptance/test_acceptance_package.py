@@ -9,7 +9,8 @@ wheel from the sdist, as ``build`` does), and:
   package is typed for its users' type checkers), besides the Python modules;
 - the wheel, installed with the ``postgres`` extra into a fresh virtual environment and
   run from an empty directory (nothing of the checkout on ``sys.path``), runs the demo,
-  migrates a fresh PostgreSQL schema and enqueues a job there.
+  migrates a fresh PostgreSQL schema and enqueues a job there; ``Tasks`` there says it
+  needs the ``tasks`` extra, and installed with it too, a task defers into the schema.
 
 The build runs without isolation (``--no-isolation``: the backend, hatchling, is in
 ``dev``), and the install takes its dependencies from pip's cache or the index, so the
@@ -135,3 +136,47 @@ def test_the_installed_wheel_runs_the_demo_and_enqueues_on_postgresql(
     assert enqueued == "1\n"
     stats = run([command, "stats", "--json"], cwd=somewhere, env=env)
     assert '"emails"' in stats
+
+    # Typed tasks need the tasks extra, as the README says: without it, Tasks names the
+    # extra; with it, a task defers into the same schema.
+    uses_tasks = "import alkstore_trio; alkstore_trio.Tasks()"
+    refused = subprocess.run(
+        [str(python), "-c", uses_tasks],
+        cwd=somewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "needs the tasks extra" in refused.stderr, refused.stderr
+    run([*pip, "install", "--quiet", f"{wheel}[postgres,tasks]"], cwd=tmp_path)
+    (somewhere / "defer_one.py").write_text(DEFER_ONE, encoding="utf-8")
+    deferred = run([str(python), "defer_one.py"], cwd=somewhere, env=env)
+    assert deferred == "deferred job 2\n"
+
+
+DEFER_ONE = """\
+import os
+
+import trio
+
+import alkstore_trio
+
+tasks = alkstore_trio.Tasks()
+
+
+@tasks.task(queue="emails")
+async def send_email(to: str) -> None: ...
+
+
+async def main() -> None:
+    async with alkstore_trio.open_store(
+        os.environ["ALKSTORE_DSN"], schema=os.environ["ALKSTORE_SCHEMA"]
+    ) as store:
+        print("deferred job", await send_email.defer(store, to="ada@example.com"))
+
+
+trio.run(main)
+"""

@@ -186,14 +186,14 @@ def test_issue6_unit_keeps_the_graceful_stop_contract(where, text):
     except SystemExit:  # argparse printed why on stderr
         pytest.fail(f"{where}: alkstore-trio rejects ExecStart: {shlex.join(argv)}")
     assert args.command == "worker"
-    assert args.queues, f"{where}: a worker needs at least one --queue"
+    assert args.queues or args.tasks_specs, f"{where}: a worker needs --tasks or a --queue"
 
     # The DSN comes from a file only root and the service can read.
     assert unit.values("Service", "EnvironmentFile"), f"{where}: no EnvironmentFile="
     for value in unit.values("Service", "Environment"):
         assert "ALKSTORE_DSN" not in value, f"{where}: the DSN is set in the unit itself"
     assert unit.one("Service", "WorkingDirectory"), (
-        f"{where}: no WorkingDirectory= (where --queue modules are imported from)"
+        f"{where}: no WorkingDirectory= (where --tasks and --queue modules are imported from)"
     )
 
     # Stopping: the graceful signal, time for the grace and the release, a cgroup kill.

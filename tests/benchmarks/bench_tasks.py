@@ -158,7 +158,7 @@ async def _enqueue_side(store: Store, engine: str, chunks: int) -> list[Row]:
             await queue.enqueue_many([payload] * MANY)
 
         async def defer_many(task: Any = task, kwargs: dict[str, Any] = kwargs) -> None:
-            await task.defer_many(store, [kwargs] * MANY)
+            await task.defer_many(store, [task.call(**kwargs) for _ in range(MANY)])
 
         base, mine = await _ab(chunks, MANY, enqueue_many, defer_many, reset)
         rows.append(Row(engine, f"defer_many({MANY}) vs enqueue_many ({shape})", base, mine))
@@ -173,7 +173,7 @@ async def _run_side(store: Store, engine: str, chunks: int) -> list[Row]:
     router = tasks["bench"]
     for shape, (task, kwargs) in SHAPES.items():
         await _empty(store)
-        await task.defer_many(store, [kwargs] * SINGLE[engine])
+        await task.defer_many(store, [task.call(**kwargs) for _ in range(SINGLE[engine])])
         handles = await store.queue("bench").claim_batch("bench", SINGLE[engine])
         jobs: list[Job] = [handle.job for handle in handles]
         fn = task.fn

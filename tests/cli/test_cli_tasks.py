@@ -104,7 +104,7 @@ async def test_t5_a_cli_worker_process_runs_deferred_tasks(pg_dsn, schema, start
         sys.path.remove(str(tmp_path))
     async with open_store(pg_dsn, schema=schema, migrate="apply", listen=False) as store:
         await module.record.defer_many(
-            store, [{"word": w, "path": str(out)} for w in ("one", "two", "three")]
+            store, [module.record.call(word=w, path=str(out)) for w in ("one", "two", "three")]
         )
         worker = await start_worker(
             f"--tasks={name}:tasks",

@@ -267,7 +267,9 @@ async def test_t4_defer_many_is_one_enqueue_many(any_store, monkeypatch):
         return await original(specs)
 
     monkeypatch.setattr(engine, "enqueue", counting)
-    ids = await notify.defer_many(any_store, [{"n": n} for n in range(1000)] + [{"n": 0}])
+    ids = await notify.defer_many(
+        any_store, [notify.call(n=n) for n in range(1000)] + [notify.call(n=0)]
+    )
     assert calls == [1001]
     assert [i.created for i in ids] == [True] * 1000 + [False]
     assert ids[-1] == ids[0]
@@ -275,21 +277,42 @@ async def test_t4_defer_many_is_one_enqueue_many(any_store, monkeypatch):
 
 
 async def test_t4_one_bad_call_enqueues_nothing_and_names_its_index(any_store):
-    _, send_email, _ = make_tasks()
-    good = {"to": "a", "subject": "s"}
-    with pytest.raises(InvalidArgument, match=r"calls\[2\]: task 'send_email'"):
-        await send_email.defer_many(any_store, [good, good, {"to": "a"}, good])
-    with pytest.raises(InvalidArgument, match="one per call"):
+    tasks, send_email, _ = make_tasks()
+
+    @tasks.task(name="other", queue="emails")
+    async def other(to: str, subject: str, urgent: bool = False) -> None: ...
+
+    good = send_email.call(to="a", subject="s")
+    with pytest.raises(InvalidArgument, match="missing required argument `subject`"):
+        send_email.call(to="a")  # a call is checked when it is made
+    with pytest.raises(InvalidArgument, match=r"calls\[2\] is a call of task 'other'"):
+        await send_email.defer_many(any_store, [good, good, other.call("a", "s"), good])
+    with pytest.raises(InvalidArgument, match=r"calls\[1\] must be a call made with"):
+        await send_email.defer_many(any_store, [good, {"to": "a", "subject": "s"}])
+    with pytest.raises(InvalidArgument, match="one per job"):
         await send_email.defer_many(any_store, good)
     assert await pending(any_store, "emails") == []
     assert await send_email.defer_many(any_store, []) == []
+    assert repr(good) == "<call of task 'send_email'>"  # never the arguments
+
+
+async def test_t4_a_bad_key_of_one_call_enqueues_nothing_and_names_its_index(memory_store):
+    tasks = Tasks()
+
+    @tasks.task(name="keyed", queue="q", unique_key=lambda n: "x" * n)
+    async def keyed(n: int) -> None: ...
+
+    calls = [keyed.call(n=1), keyed.call(n=0)]  # the empty key is refused (Q15)
+    with pytest.raises(InvalidArgument, match=r"calls\[1\]: "):
+        await keyed.defer_many(memory_store, calls)
+    assert await pending(memory_store, "q") == []
 
 
 async def test_t4_defer_many_in_a_transaction_is_atomic_with_it(any_store):
     _, send_email, _ = make_tasks()
     async with any_store.transaction() as tx:
         ids = await send_email.defer_many(
-            tx, [{"to": "a", "subject": "1"}, {"to": "b", "subject": "2"}]
+            tx, [send_email.call(to="a", subject="1"), send_email.call(to="b", subject="2")]
         )
     assert [job.id for job in await pending(any_store, "emails")] == ids
 

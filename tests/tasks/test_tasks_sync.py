@@ -3,9 +3,12 @@ lease loss and on a stop the worker abandons the thread at once (the job is sett
 for any cancelled handler), the thread's outcome is discarded, and
 ``trio.from_thread.check_cancelled()`` raises in it.
 
-The worker runs on trio's MockClock (autojump): while a thread blocks, trio is idle and
-the clock jumps to the next heartbeat or grace deadline, so nothing sleeps for real; the
-threads are released by ``threading.Event``s the test sets."""
+On the memory engine the worker runs on trio's MockClock (autojump): while a thread
+blocks, trio is idle and the clock jumps to the next heartbeat or grace deadline, so
+nothing sleeps for real. On PostgreSQL (the database's clock) the same cases run in real
+time, each wait bounded and for a condition (a frequent heartbeat makes the refused
+renewal come at once; a zero grace makes the stop's abandon immediate). The threads are
+released by ``threading.Event``s the test sets."""
 
 from __future__ import annotations
 
@@ -106,7 +109,7 @@ async def test_t7_at_most_thread_limit_sync_tasks_run_at_once(autojump_clock, st
         with lock:
             running_now[0] -= 1
 
-    await count.defer_many(store, [{"n": n} for n in range(5)])
+    await count.defer_many(store, [count.call(n=n) for n in range(5)])
     worker = Worker(store, tasks, concurrency=5)
     async with running(worker):
         await wait_until(lambda: running_now[0] == 2)
@@ -209,3 +212,95 @@ async def test_t7_a_plain_function_given_to_the_worker_names_sync_handler(autoju
 
     with pytest.raises(InvalidArgument, match="wrap it in sync_handler"):
         Worker(store, {"raw": plain})
+
+
+# --- the same on PostgreSQL (real time: each wait is for a condition, bounded) ----------
+
+
+@asynccontextmanager
+async def pg_store(pg_dsn, schema):
+    async with open_store(pg_dsn, schema=schema, migrate="apply") as opened:
+        yield opened
+
+
+async def ended(gate):
+    """Wait for the thread to end, in a thread (bounded by the gate's own timeout)."""
+    await trio.to_thread.run_sync(gate.ended.wait, 30)
+    assert gate.ended.is_set()
+
+
+async def test_t7_on_postgresql_a_sync_task_runs_in_a_thread_and_is_acked(pg_dsn, schema):
+    gate = Gate()
+    gate.release.set()
+    tasks, blocking = make(gate)
+    async with pg_store(pg_dsn, schema) as store:
+        job_id = await blocking.defer(store, label="x")
+        worker = Worker(store, tasks, poll_interval_s=0.05)
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().acked == 1, step=0.01, limit=30)
+        assert await store.queue("sync").get_job(job_id) is None
+    assert gate.threads[0] != threading.get_ident()
+    assert gate.cancelled_seen == [False]
+
+
+async def test_t7_on_postgresql_lease_loss_abandons_the_thread_and_discards_its_outcome(
+    pg_dsn, schema
+):
+    gate = Gate()
+    tasks, blocking = make(gate)
+    async with pg_store(pg_dsn, schema) as store:
+        job_id = await blocking.defer(store, label="x")
+        # Renew often, so that the refused renewal comes at once.
+        worker = Worker(store, tasks, poll_interval_s=0.05, heartbeat_interval_s=0.05)
+        async with running(worker):
+            await trio.to_thread.run_sync(gate.started.wait, 30)
+            # Another party finishes the job (Q6, no token): the next heartbeat is refused.
+            assert await store.queue("sync").ack_batch([job_id]) == 1
+            await wait_until(lambda: worker.statistics().lease_lost == 1, step=0.01, limit=30)
+            await wait_until(lambda: worker.statistics().in_flight == 0, step=0.01, limit=30)
+            assert not gate.ended.is_set()  # the worker did not wait for the thread
+            gate.release.set()
+            await ended(gate)
+        stats = worker.statistics()
+        assert (stats.acked, stats.retried, stats.lease_lost) == (0, 0, 1)
+        assert await store.queue("sync").get_job(job_id) is None
+    assert gate.cancelled_seen == [True]
+
+
+async def test_t7_on_postgresql_a_stop_abandons_the_thread_and_releases_the_job(pg_dsn, schema):
+    gate = Gate()
+    tasks, blocking = make(gate)
+    async with pg_store(pg_dsn, schema) as store:
+        job_id = await blocking.defer(store, label="x")
+        worker = Worker(store, tasks, poll_interval_s=0.05, shutdown_grace_s=0)
+        async with running(worker):
+            await trio.to_thread.run_sync(gate.started.wait, 30)
+            worker.stop()
+            await wait_until(lambda: worker.statistics().released == 1, step=0.01, limit=30)
+            assert not gate.ended.is_set()
+        job = await store.queue("sync").get_job(job_id)
+        assert (job.state, job.attempts, job.last_error) == ("pending", 0, "worker stopped")
+        gate.release.set()
+        await ended(gate)
+        assert (await store.queue("sync").get_job(job_id)).state == "pending"  # not acked
+    assert gate.cancelled_seen == [True]
+
+
+async def test_t7_on_postgresql_timeout_s_abandons_the_thread_and_retries_the_job(pg_dsn, schema):
+    gate = Gate()
+    tasks, blocking = make(gate, timeout_s=0.2, max_attempts=1)
+    async with pg_store(pg_dsn, schema) as store:
+        job_id = await blocking.defer(store, label="x")
+        worker = Worker(store, tasks, poll_interval_s=0.05)
+        async with running(worker):
+            await wait_until(lambda: worker.statistics().dead_lettered == 1, step=0.01, limit=30)
+            assert not gate.ended.is_set()
+            assert worker.statistics().timed_out == 1
+        job = await store.queue("sync").get_job(job_id)
+        assert (job.state, job.last_error) == (
+            "dead",
+            "task 'blocking' timed out after 0.2s (timeout_s)",
+        )
+        gate.release.set()
+        await ended(gate)
+    assert gate.cancelled_seen == [True]

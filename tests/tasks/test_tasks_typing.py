@@ -1,5 +1,6 @@
-"""T2: mypy checks a defer call against the task's signature (ParamSpec): a sample of
-right calls passes, and each wrong call of another sample is an error on its line."""
+"""T2, T4: mypy checks a defer call, and each call of a defer_many, against the task's
+signature (ParamSpec): a sample of right calls passes, and each wrong call of another
+sample is an error on its line."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ GOOD = """\
         await send_email.defer(tx, "ada@example.com", "hi", urgent=True)
         await send_email.with_options(delay_s=60).defer(store, to="a", subject="b")
         await resize.defer(store, path="a.png", width=100)
+        await send_email.defer_many(store, [send_email.call(to="a", subject=s) for s in "xy"])
+        await resize.defer_many(tx, [resize.call("a.png", 100)])
         outcome: TaskOutcome[int] = await perform(add, 1, b=2)
         total: int = add.decode_result(b"3")
         direct: int = await add(1, 2)
@@ -58,10 +61,14 @@ BAD = """\
         await resize.defer(store, path="a.png", width="wide")  # error: width
         await perform(add, a="1", b=2)  # error: perform checks too
         text: str = add.decode_result(b"3")  # error: the result is an int
+        await send_email.defer_many(store, [send_email.call(to=1, subject="b")])  # error: to
+        await send_email.defer_many(store, [add.call(1, 2)])  # error: another task's call
+        await send_email.defer_many(store, [{"to": "a", "subject": "b"}])  # error: a dict
+        await resize.defer_many(store, resize.call("a.png", 1))  # error: one call, not many
 """
 
 
-def test_t2_mypy_checks_defer_calls_against_the_task_signature(tmp_path: Path):
+def test_t2_t4_mypy_checks_defer_and_defer_many_calls_against_the_task_signature(tmp_path: Path):
     good = tmp_path / "good_calls.py"
     bad = tmp_path / "bad_calls.py"
     good.write_text(textwrap.dedent(HEADER + "\n\n" + GOOD), encoding="utf-8")

@@ -129,7 +129,9 @@ async def test_t5_what_cannot_run_is_dead_lettered_and_the_worker_goes_on(
     assert [s[1] for s in seen] == ["after"]
 
 
-async def test_t5_timeout_s_cancels_the_function_and_retries_the_job(autojump_clock, store):
+async def test_t5_timeout_s_cancels_the_function_retries_the_job_and_counts_a_timeout(
+    autojump_clock, store
+):
     from alkstore_trio import Tasks
 
     tasks = Tasks()
@@ -141,11 +143,26 @@ async def test_t5_timeout_s_cancels_the_function_and_retries_the_job(autojump_cl
         await trio.sleep(seconds)
 
     await slow.defer(store, seconds=5)
-    async with running(Worker(store, tasks)):
-        await wait_until(lambda: settled(store, "slow"))
+    worker = Worker(store, tasks)
+    events = []
+
+    async def watch(channel):
+        async for event in channel:  # ends after the worker's stop
+            if event.kind in ("timeout", "handler_error"):
+                events.append((event.kind, event.error))
+
+    with worker.events() as channel:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, channel)
+            async with running(worker):
+                await wait_until(lambda: settled(store, "slow"))
     (dead,) = await store.queue("slow").list_jobs("dead")
     assert dead.last_error == "task 'slow' timed out after 2s (timeout_s)"
     assert len(runs) == 2
+    # Counted and reported as a timeout, as the worker's own job_timeout_s is.
+    stats = worker.statistics()
+    assert (stats.timed_out, stats.handler_errors) == (2, 0)
+    assert events == [("timeout", "task 'slow' timed out after 2s (timeout_s)")] * 2
 
 
 async def test_t5_a_worker_fires_the_registry_periodic_tasks(autojump_clock, store):
