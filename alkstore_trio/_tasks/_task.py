@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._core import Enqueued, QueueOpts
+    from ..postgres import Producer
     from ._options import KeySpec
 
 P = ParamSpec("P")
@@ -164,6 +165,47 @@ class Task(Generic[P, R]):
                 not valid; nothing was enqueued.
             StoreClosed: the store is closed.
         """
+        payload, stamps = self._prepare(args, kwargs)
+        if isinstance(target, Store):
+            return await self._queue(target).enqueue(payload, **stamps)
+        if isinstance(target, Transaction):
+            return await target.enqueue(self._queue(target._store), payload, **stamps)
+        raise _bad_target(target)
+
+    def defer_with(
+        self, producer: Producer, conn: Any, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Enqueued:
+        """Enqueue one call of the task on your own ``psycopg.Connection``, in the
+        transaction open on it (T9, Q20): checked as :meth:`defer` checks it, stamped
+        with every option of the task (its ``QueueOpts`` included, whatever the
+        producer's ``queues=`` says), and visible when the caller commits.
+
+        Raises:
+            InvalidArgument: a missing, unknown or mistyped argument, a key that is not
+                valid, or ``conn`` is not a ``psycopg.Connection``; nothing was sent.
+            SchemaError: the producer's schema is missing or at another version.
+            EngineError: PostgreSQL refused; the transaction is aborted.
+        """
+        payload, stamps = self._prepare(args, kwargs)
+        return _producer(producer).enqueue(
+            conn, self._options.queue, payload, opts=self._options.opts, **stamps
+        )
+
+    async def adefer_with(
+        self, producer: Producer, conn: Any, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Enqueued:
+        """:meth:`defer_with` on a ``psycopg.AsyncConnection`` (asyncio: FastAPI,
+        Starlette, Django's async views), with the same checks, result and errors."""
+        payload, stamps = self._prepare(args, kwargs)
+        return await _producer(producer).aenqueue(
+            conn, self._options.queue, payload, opts=self._options.opts, **stamps
+        )
+
+    def _prepare(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """T2/T3: a call's checked envelope, and the enqueue options the task stamps
+        on it (its keys computed from the arguments)."""
         bound = self._codec.bind(args, kwargs)
         payload = self._codec.encode(bound)
         o = self._options
@@ -172,30 +214,15 @@ class Task(Generic[P, R]):
             arguments = msgspec.structs.asdict(bound)
             unique_key = make_key("unique_key", o.unique_key, arguments)
             concurrency_key = make_key("concurrency_key", o.concurrency_key, arguments)
-        if isinstance(target, Store):
-            return await self._queue(target).enqueue(
-                payload,
-                priority=o.priority,
-                delay_s=o.delay_s,
-                run_at=o.run_at,
-                max_attempts=o.max_attempts,
-                unique_key=unique_key,
-                unique_for_s=o.unique_for_s,
-                concurrency_key=concurrency_key,
-            )
-        if isinstance(target, Transaction):
-            return await target.enqueue(
-                self._queue(target._store),
-                payload,
-                priority=o.priority,
-                delay_s=o.delay_s,
-                run_at=o.run_at,
-                max_attempts=o.max_attempts,
-                unique_key=unique_key,
-                unique_for_s=o.unique_for_s,
-                concurrency_key=concurrency_key,
-            )
-        raise _bad_target(target)
+        return payload, {
+            "priority": o.priority,
+            "delay_s": o.delay_s,
+            "run_at": o.run_at,
+            "max_attempts": o.max_attempts,
+            "unique_key": unique_key,
+            "unique_for_s": o.unique_for_s,
+            "concurrency_key": concurrency_key,
+        }
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall[P, R]:
         """One call of the task, checked now but not run nor enqueued: what
@@ -359,6 +386,18 @@ class Task(Generic[P, R]):
             limiter=self._limiter,
             abandon_on_cancel=True,
         )
+
+
+def _producer(producer: object) -> Producer:
+    """``producer`` if it is an ``alkstore_trio.postgres.Producer`` (imported here, when
+    a producer is given: psycopg stays an extra for everyone else)."""
+    from ..postgres import Producer
+
+    if not isinstance(producer, Producer):
+        raise InvalidArgument(
+            f"producer must be an alkstore_trio.postgres.Producer; got {type(producer).__name__}"
+        )
+    return producer
 
 
 def _bad_target(target: object) -> InvalidArgument:

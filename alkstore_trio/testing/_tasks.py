@@ -81,7 +81,8 @@ async def perform(task: Task[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Tas
     """
     payload = task.payload(*args, **kwargs)
     header = read_header(payload)
-    return await _outcome(task, lambda: task.run_args(header.args), task.name)
+    outcome, _ = await _outcome(task, lambda: task.run_args(header.args), task.name)
+    return outcome
 
 
 async def drain(
@@ -160,10 +161,11 @@ async def _run_job(tasks: Tasks, handle: Any) -> TaskOutcome[Any]:
         name = None
     task = None if name is None else tasks.get_task(name)
     router = tasks[job.queue]
-    outcome = await _outcome(task, lambda: router(job), name)
+    outcome, result = await _outcome(task, lambda: router(job), name)
     last = job.attempts >= job.max_attempts
     if outcome.outcome == "ack":
-        await handle.ack()
+        # Q19.1 as the worker settles: a kept job's ack stores the result bytes.
+        await handle.ack(result=result if job.keep_completed_s is not None else None)
     elif outcome.outcome == "fail":
         await handle.fail(outcome.error)
     else:
@@ -183,18 +185,19 @@ async def _run_job(tasks: Tasks, handle: Any) -> TaskOutcome[Any]:
 
 async def _outcome(
     task: Task[..., Any] | None, run: Callable[[], Awaitable[Any]], name: str | None
-) -> TaskOutcome[Any]:
-    """R5's mapping of how ``run`` ended; the value decoded from the result bytes."""
+) -> tuple[TaskOutcome[Any], bytes | None]:
+    """R5's mapping of how ``run`` ended, with the value decoded from the result bytes;
+    and those bytes (``None``: none)."""
     try:
         result = await run()
     except Retry as exc:
-        return TaskOutcome(name, "retry", error_text(exc.error), exc.delay_s, exception=exc)
+        return TaskOutcome(name, "retry", error_text(exc.error), exc.delay_s, exception=exc), None
     except Fail as exc:
-        return TaskOutcome(name, "fail", error_text(exc.error), exception=exc)
+        return TaskOutcome(name, "fail", error_text(exc.error), exception=exc), None
     except Exception as exc:
-        return TaskOutcome(name, "retry", describe(exc), exception=exc)
+        return TaskOutcome(name, "retry", describe(exc), exception=exc), None
     value = None if result is None or task is None else task.decode_result(result)
-    return TaskOutcome(name, "ack", value=value)
+    return TaskOutcome(name, "ack", value=value), result
 
 
 async def enqueued_jobs(

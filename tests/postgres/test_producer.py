@@ -440,3 +440,19 @@ def test_q20_1_django_style_client_side_binding_cursors_are_not_used(pg_dsn, mig
             [job_id],
         ).fetchall()
         assert bytes(row[0]) == payload
+
+
+def test_q20_1_opts_stamps_this_call_over_the_queues_entry_and_is_checked(pg_dsn, migrated):
+    producer = Producer(migrated, queues={"emails": EMAILS})
+    with psycopg.connect(pg_dsn) as conn:
+        with pytest.raises(InvalidArgument, match="opts must be a QueueOpts"):
+            producer.enqueue(conn, "emails", b"x", opts={"max_attempts": 2})  # type: ignore[arg-type]
+        one = producer.enqueue(conn, "emails", b"x", opts=QueueOpts(max_attempts=2))
+        many = producer.enqueue_many(conn, "emails", [b"y"], opts=QueueOpts(backoff_base_s=9))
+        plain = producer.enqueue(conn, "emails", b"z")
+        rows = conn.execute(
+            pgsql.SQL("SELECT id, max_attempts, backoff_base_s FROM {}.jobs ORDER BY id").format(
+                pgsql.Identifier(migrated)
+            )
+        ).fetchall()
+    assert rows == [(one, 2, 5.0), (many[0], 3, 9.0), (plain, 7, 1.5)]

@@ -1,4 +1,5 @@
-"""T2, T4: mypy checks a defer call, and each call of a defer_many, against the task's
+"""T2, T4, T9: mypy checks a defer call, each call of a defer_many, and a producer's
+defer_with, against the task's
 signature (ParamSpec): a sample of right calls passes, and each wrong call of another
 sample is an error on its line."""
 
@@ -18,7 +19,9 @@ HEADER = """\
     from __future__ import annotations
 
     import trio
+    import psycopg
     from alkstore_trio import Store, Tasks, Transaction
+    from alkstore_trio.postgres import Producer
     from alkstore_trio.testing import TaskOutcome, perform
 
     tasks = Tasks()
@@ -50,6 +53,13 @@ GOOD = """\
         total: int = add.decode_result(b"3")
         direct: int = await add(1, 2)
         return total + direct + (outcome.value or 0)
+
+
+    async def produce(
+        producer: Producer, conn: psycopg.Connection, aconn: psycopg.AsyncConnection
+    ) -> None:
+        send_email.defer_with(producer, conn, to="ada@example.com", subject="hi")
+        await send_email.adefer_with(producer, aconn, "ada@example.com", "hi", urgent=True)
 """
 
 BAD = """\
@@ -65,10 +75,17 @@ BAD = """\
         await send_email.defer_many(store, [add.call(1, 2)])  # error: another task's call
         await send_email.defer_many(store, [{"to": "a", "subject": "b"}])  # error: a dict
         await resize.defer_many(store, resize.call("a.png", 1))  # error: one call, not many
+
+
+    async def produce(producer: Producer, conn: psycopg.Connection) -> None:
+        send_email.defer_with(producer, conn, to=1, subject="hi")  # error: to
+        await send_email.adefer_with(producer, conn, to="a")  # error: missing subject
 """
 
 
-def test_t2_t4_mypy_checks_defer_and_defer_many_calls_against_the_task_signature(tmp_path: Path):
+def test_t2_t4_t9_mypy_checks_defer_defer_many_and_defer_with_against_the_task_signature(
+    tmp_path: Path,
+):
     good = tmp_path / "good_calls.py"
     bad = tmp_path / "bad_calls.py"
     good.write_text(textwrap.dedent(HEADER + "\n\n" + GOOD), encoding="utf-8")

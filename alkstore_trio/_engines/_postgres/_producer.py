@@ -130,10 +130,13 @@ class Producer:
         unique_key: str | None = None,
         unique_for_s: float | None = None,
         concurrency_key: str | None = None,
+        opts: QueueOpts | None = None,
     ) -> Enqueued:
         """Enqueue one job in the transaction open on ``conn`` (Q2, Q15, Q20).
 
-        The arguments are those of ``Queue.enqueue``, and mean the same.
+        The arguments are those of ``Queue.enqueue``, and mean the same. ``opts``
+        stamps this call's jobs with those ``QueueOpts`` instead of the producer's
+        ``queues=`` entry for the queue (a typed task's ``defer_with`` passes its own).
 
         Returns:
             The job's id as an :class:`~alkstore_trio.Enqueued`; ``created`` is
@@ -150,7 +153,7 @@ class Producer:
         groups = None if concurrency_key is None else [v.check_concurrency_key(concurrency_key)]
         specs = self._specs(
             queue, [payload], priority, delay_s, run_at, max_attempts, headers, keys,
-            unique_for_s, groups,
+            unique_for_s, groups, opts,
         )  # fmt: skip
         (job_id,) = self._run(_check_sync(conn), specs)
         return job_id
@@ -169,6 +172,7 @@ class Producer:
         unique_keys: Iterable[str | None] | None = None,
         unique_for_s: float | None = None,
         concurrency_keys: Iterable[str | None] | None = None,
+        opts: QueueOpts | None = None,
     ) -> list[Enqueued]:
         """Enqueue many jobs in the transaction open on ``conn``, with one clock read
         (``Queue.enqueue_many``'s arguments). No payloads: ``[]``, nothing sent (D6).
@@ -180,7 +184,7 @@ class Producer:
         """
         specs = self._many_specs(
             queue, payloads, priority, delay_s, run_at, max_attempts, headers, unique_keys,
-            unique_for_s, concurrency_keys,
+            unique_for_s, concurrency_keys, opts,
         )  # fmt: skip
         checked = _check_sync(conn)
         return self._run(checked, specs) if specs else []
@@ -201,6 +205,7 @@ class Producer:
         unique_key: str | None = None,
         unique_for_s: float | None = None,
         concurrency_key: str | None = None,
+        opts: QueueOpts | None = None,
     ) -> Enqueued:
         """:meth:`enqueue` on a ``psycopg.AsyncConnection`` (asyncio: FastAPI,
         Starlette, Django's async views), with the same arguments, result and errors."""
@@ -208,7 +213,7 @@ class Producer:
         groups = None if concurrency_key is None else [v.check_concurrency_key(concurrency_key)]
         specs = self._specs(
             queue, [payload], priority, delay_s, run_at, max_attempts, headers, keys,
-            unique_for_s, groups,
+            unique_for_s, groups, opts,
         )  # fmt: skip
         (job_id,) = await self._arun(_check_async(conn), specs)
         return job_id
@@ -227,11 +232,12 @@ class Producer:
         unique_keys: Iterable[str | None] | None = None,
         unique_for_s: float | None = None,
         concurrency_keys: Iterable[str | None] | None = None,
+        opts: QueueOpts | None = None,
     ) -> list[Enqueued]:
         """:meth:`enqueue_many` on a ``psycopg.AsyncConnection``."""
         specs = self._many_specs(
             queue, payloads, priority, delay_s, run_at, max_attempts, headers, unique_keys,
-            unique_for_s, concurrency_keys,
+            unique_for_s, concurrency_keys, opts,
         )  # fmt: skip
         checked = _check_async(conn)
         return await self._arun(checked, specs) if specs else []
@@ -242,12 +248,14 @@ class Producer:
         self, queue: object, payloads: Sequence[object], priority: object, delay_s: object,
         run_at: object, max_attempts: object, headers: object,
         unique_keys: Sequence[str | None] | None, unique_for_s: object,
-        concurrency_keys: Sequence[str | None] | None,
+        concurrency_keys: Sequence[str | None] | None, opts: object,
     ) -> list[EnqueueSpec]:  # fmt: skip
         name = v.check_queue_name(queue)
+        if opts is not None and not isinstance(opts, QueueOpts):
+            raise InvalidArgument(f"opts must be a QueueOpts or None; got {type(opts).__name__}")
         return enqueue_specs(
             name,
-            self._opts.get(name, DEFAULT_OPTS),
+            self._opts.get(name, DEFAULT_OPTS) if opts is None else opts,
             payloads,
             max_payload_bytes=self._max_payload_bytes,
             priority=priority,
@@ -263,7 +271,7 @@ class Producer:
     def _many_specs(
         self, queue: object, payloads: object, priority: object, delay_s: object,
         run_at: object, max_attempts: object, headers: object, unique_keys: object,
-        unique_for_s: object, concurrency_keys: object,
+        unique_for_s: object, concurrency_keys: object, opts: object,
     ) -> list[EnqueueSpec]:  # fmt: skip
         items = v.check_payload_list(payloads)
         keys = None if unique_keys is None else v.check_unique_keys(unique_keys, len(items))
@@ -274,7 +282,7 @@ class Producer:
         )
         return self._specs(
             queue, items, priority, delay_s, run_at, max_attempts, headers, keys,
-            unique_for_s, groups,
+            unique_for_s, groups, opts,
         )  # fmt: skip
 
     def _steps(self, specs: Sequence[EnqueueSpec]) -> Steps[list[Enqueued]]:
