@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._core import Job
+    from .._core._periodic import CatchUp
     from .._runtime import Handler
     from ._options import KeySpec
 
@@ -129,6 +130,7 @@ class Tasks(Mapping[str, "Handler"]):
         every_s: float | None = None,
         tz: str = "UTC",
         schedule_args: Mapping[str, Any] | None = None,
+        catch_up: CatchUp = "one",
     ) -> TaskDecorator: ...
 
     def task(
@@ -150,6 +152,7 @@ class Tasks(Mapping[str, "Handler"]):
         every_s: float | None = None,
         tz: str = "UTC",
         schedule_args: Mapping[str, Any] | None = None,
+        catch_up: CatchUp = "one",
     ) -> Any:
         """Declare a task: ``@tasks.task`` or ``@tasks.task(queue=..., ...)`` on an
         ``async def`` function (or a plain ``def``, run in a worker thread: T7).
@@ -183,6 +186,8 @@ class Tasks(Mapping[str, "Handler"]):
             every_s: Make it periodic (Q17): seconds between fire times.
             tz: The time zone of ``cron``.
             schedule_args: The arguments of the periodic jobs (checked now).
+            catch_up: Fire times missed while no worker ran (Q17.5), as
+                ``Periodic(catch_up=...)``: ``"one"``, ``"skip"`` or an int N.
 
         Raises:
             InvalidArgument: an option is invalid, the name is taken, or the function's
@@ -200,7 +205,10 @@ class Tasks(Mapping[str, "Handler"]):
             timeout_s=timeout_s,
             opts=QueueOpts() if opts is None else opts,
         )
-        schedule = {"cron": cron, "every_s": every_s, "tz": tz, "args": schedule_args}
+        schedule = {
+            "cron": cron, "every_s": every_s, "tz": tz, "args": schedule_args,
+            "catch_up": catch_up,
+        }  # fmt: skip
 
         def decorate(fn: Callable[..., Any]) -> Task[..., Any]:
             return self._declare(fn, name, options, schedule)
@@ -245,6 +253,8 @@ def _periodic_of(task: Task[..., Any], schedule: dict[str, Any]) -> Periodic | N
     if cron is None and every_s is None:
         if args is not None:
             raise InvalidArgument("schedule_args needs cron= or every_s= (a periodic task)")
+        if schedule["catch_up"] != "one":
+            raise InvalidArgument("catch_up needs cron= or every_s= (a periodic task)")
         return None
     if args is not None and not isinstance(args, Mapping):
         raise InvalidArgument(f"schedule_args must be a mapping; got {type(args).__name__}")
@@ -263,6 +273,7 @@ def _periodic_of(task: Task[..., Any], schedule: dict[str, Any]) -> Periodic | N
         priority=o.priority,
         max_attempts=o.max_attempts,
         opts=o.opts,
+        catch_up=schedule["catch_up"],
     )
 
 

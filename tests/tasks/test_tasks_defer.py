@@ -194,6 +194,8 @@ def test_t3_options_are_checked_at_declaration():
         ({"concurrency_key": 7}, "concurrency_key must be a str template"),
         ({"every_s": 60, "schedule_args": {"user_id": "x"}}, "schedule_args"),
         ({"schedule_args": {"user_id": 1}}, "schedule_args needs cron= or every_s="),
+        ({"catch_up": "skip"}, "catch_up needs cron= or every_s="),
+        ({"every_s": 60, "schedule_args": {"user_id": 1}, "catch_up": "all"}, "catch_up"),
     ]
     for options, message in bad:
         with pytest.raises(InvalidArgument, match=message):

@@ -175,8 +175,12 @@ async def test_t5_a_worker_fires_the_registry_periodic_tasks(autojump_clock, sto
     async def tick(label: str) -> None:
         ticks.append(label)
 
-    (schedule,) = tasks.periodic
+    @tasks.task(name="nightly", queue="ticks", cron=None, every_s=86400, catch_up=3)
+    async def nightly() -> None: ...
+
+    schedule, backfilled = tasks.periodic
     assert (schedule.name, schedule.queue, schedule.every_s) == ("tick", "ticks", 60)
+    assert (schedule.catch_up, backfilled.catch_up) == (1, 3)  # Q17.5: "one" is 1
     async with running(Worker(store, tasks)):
         await wait_until(lambda: _at_least(ticks, 2), step=5, limit=3600)
     assert ticks[:2] == ["minute", "minute"]
