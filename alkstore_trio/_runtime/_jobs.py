@@ -28,9 +28,10 @@ import trio
 
 from .._core import _validate as v
 from .._core._validate import DEFAULT_MAX_RESULT_BYTES
-from .._errors import InvalidArgument
+from .._errors import ClaimLost, InvalidArgument
 from ._actors import Finished, HeartbeatRequest
 from ._book import ACK, ClaimState, Outcome
+from ._context import _CURRENT
 from ._events import describe, error_text
 from ._outcomes import Fail, Retry
 
@@ -140,7 +141,11 @@ class JobActors:
             with scope:
                 now = trio.current_time()
                 if book.start(claim, now):
-                    result = await self._run_handler(claim, handler, now)
+                    context = _CURRENT.set((claim, self))  # R16: current_job()
+                    try:
+                        result = await self._run_handler(claim, handler, now)
+                    finally:
+                        _CURRENT.reset(context)
                 elif claim.state is ClaimState.LOST and now >= claim.lease_until:
                     self.reporter.log(
                         logging.WARNING,
@@ -173,15 +178,22 @@ class JobActors:
             timeout_s, param = self.queue_timeouts.get(claim.queue, (timeout_s, param))
         try:
             if timeout_s is None:
-                return self._acked(job, await handler(job))
+                value = await handler(job)
+                return self._acked(job, value) if not claim.in_tx else self._after_tx(job, value)
             with trio.move_on_after(timeout_s) as timeout:
                 value = await handler(job)
+            if claim.in_tx:
+                return self._after_tx(job, value)
             if timeout.cancelled_caught:
                 self.counts["timed_out"] += 1
                 error = f"job timed out after {timeout_s:g}s ({param})"
                 self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return Outcome("retry", error)
             return self._acked(job, value)
+        except ClaimLost:
+            # R16: its transaction rolled back and the book lost the claim (logged there):
+            # whoever holds the job now finishes it; this outcome is discarded.
+            return Outcome("lost")
         except Retry as retry:
             return Outcome("retry", error_text(retry.error), retry.delay_s)
         except Fail as fail:
@@ -209,6 +221,19 @@ class JobActors:
                 self.reporter.log(
                     logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time
                 )
+
+    def _after_tx(self, job: Job, value: object) -> Outcome:
+        """R16: the handler completed its job in a transaction: its return value is
+        ignored (a non-``None`` one is logged: a result belongs in ``tx.set_result``)."""
+        if value is not None:
+            self.reporter.log(
+                logging.WARNING,
+                "result_discarded",
+                job,
+                "the handler returned a value after completing its job in a transaction; "
+                "it is ignored (use tx.set_result inside the transaction)",
+            )
+        return ACK
 
     def _acked(self, job: Job, value: object) -> Outcome:
         """Q19.1 (R16): the outcome of a handler that returned ``value``: an ack with its

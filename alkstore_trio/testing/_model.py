@@ -15,9 +15,8 @@ API already accepted. Claim tokens (Q19.8) are opaque: a caller checking an engi
 passes the tokens the engine's claim handed out (``claim(..., tokens=)``), and the model
 draws its own otherwise. It also mirrors two decisions of the public facade that an
 engine cannot see (``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
-``rng.randint`` per ``retry`` without ``delay_s`` whose claim's ``attempts`` is below the
-job's ``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
-reserved at ``tx.enqueue`` and the rows inserted at commit).
+``rng.randint`` per ``retry`` without ``delay_s`` whose claim's ``attempts`` is below
+``max_attempts``, made before the validity check) and transaction ids (decision 7).
 """
 
 from __future__ import annotations
@@ -370,13 +369,16 @@ class ReferenceModel:
         extend_s: float | None = None,
         *,
         now: datetime,
+        progress: str | None = None,
     ) -> bool:
-        """Q4 heartbeat: ``claim_expires_at = now + (extend_s or visibility_timeout_s)``."""
+        """Q4 heartbeat: ``claim_expires_at = now + (extend_s or visibility_timeout_s)``;
+        Q19.7: a ``progress`` text (``None``: no news) becomes the job's."""
         job = self._valid(queue, job_id, token, now)
         if job is None:
             return False
         extend = job.visibility_timeout_s if extend_s is None else extend_s
-        self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend))
+        news = job.progress if progress is None else progress
+        self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend), progress=news)
         return True
 
     def ack(
@@ -622,6 +624,7 @@ class ReferenceModel:
                 claim_expires_at=None,
                 claim_token=None,
                 died_at=None,
+                progress=None,  # Q19.7: a redriven job reports anew
             )
             count += 1
         return count
