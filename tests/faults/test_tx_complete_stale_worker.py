@@ -5,9 +5,10 @@ yet sent; its leases lapse, another worker reclaims the jobs and completes each 
 own transaction with its own effect row; then the frozen worker is resumed (SIGCONT).
 Its handlers are cancelled by their lapsed leases (the worker's clock ran on while it
 was frozen) or its refused heartbeat, or else their completions are refused
-(``ClaimLost``): either way its transactions roll back whole, so each job has exactly one effect row, the one of the
-claim that completed it, and 0 effects from superseded claims. Real processes, real
-PostgreSQL; the history checker reads both workers' records.
+(``ClaimLost``): either way its transactions roll back whole, so each job has exactly
+one effect row, the one of the claim that completed it, and 0 effects from superseded
+claims. Real processes, real PostgreSQL; the history checker reads both workers'
+records.
 """
 
 from __future__ import annotations
