@@ -208,3 +208,21 @@ async def test_q19_6_a_lost_claim_rolls_the_handlers_transaction_back(store, cap
     assert (stats.completed_in_tx, stats.lease_lost, stats.handler_errors) == (0, 1, 0)
     assert stats.acked == 0
     assert any("did not commit" in r.getMessage() for r in caplog.records)
+
+
+async def test_r16_current_job_in_asyncio_handlers(store):
+    pytest.importorskip("trio_asyncio")
+    from alkstore_trio import asyncio_handler
+
+    queue = store.queue("q")
+    job_id = await queue.enqueue(b"x")
+    seen = []
+
+    async def handler(job):  # runs on the trio-asyncio loop
+        seen.append(current_job().job.id)
+        current_job().set_progress("from asyncio")
+
+    worker = Worker(store, {queue: asyncio_handler(handler)}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().acked == 1)
+    assert seen == [job_id]
