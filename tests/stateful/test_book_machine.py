@@ -201,11 +201,15 @@ class BookMachine(RuleBasedStateMachine):
             announced = claim.aborted_at is not None
             lost = self.book.committed(claim, ok)
             if ok:
-                assert claim.in_tx and claim.state is ClaimState.RUNNING and not lost
+                assert claim.in_tx
+                assert claim.state is ClaimState.RUNNING
+                assert not lost
             elif announced:
-                assert claim.state is ClaimState.ABORTING and not lost
+                assert claim.state is ClaimState.ABORTING
+                assert not lost
             else:
-                assert claim.state is ClaimState.LOST and lost
+                assert claim.state is ClaimState.LOST
+                assert lost
 
     # --- heartbeats ----------------------------------------------------------------------
 
@@ -221,7 +225,8 @@ class BookMachine(RuleBasedStateMachine):
                     committing = claim.state is ClaimState.COMMITTING
                     news = self.book.refused(claim)
                     if committing:  # R16: held until the commit answers
-                        assert not news and claim.state is ClaimState.COMMITTING
+                        assert not news
+                        assert claim.state is ClaimState.COMMITTING
 
     # --- outcome statements --------------------------------------------------------------
 
