@@ -440,10 +440,10 @@ UPDATE @schema@.jobs AS j SET
         + coalesce(%(extend_s)s::float8, j.visibility_timeout_s) * interval '1 second',
     progress = coalesce(c.progress, j.progress)
 FROM (
-    SELECT DISTINCT ON (u.id, u.token) u.id, u.token, u.progress
+    SELECT DISTINCT ON (p.id, p.token) p.id, p.token, p.progress
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::text[])
-        WITH ORDINALITY AS u (id, token, progress, ord)
-    ORDER BY u.id, u.token, u.ord
+        WITH ORDINALITY AS p (id, token, progress, ord)
+    ORDER BY p.id, p.token, p.ord
 ) AS c
 WHERE j.id = c.id AND j.queue = %(queue)s::text
     AND (j.state = 'processing' AND j.claim_token = c.token
