@@ -167,7 +167,7 @@ class JobActors:
                 self._nudged = True
                 self.inbox.send_nowait(_FINISHED)
 
-    async def _run_handler(self, claim: Claim, handler: Handler, start: float) -> Outcome:
+    async def _run_handler(self, claim: Claim, handler: Handler, start: float) -> Outcome | None:
         job = claim.handle.job
         self.counts["started"] += 1
         self.claim_to_start_total_s += start - claim.claimed_at
@@ -190,10 +190,13 @@ class JobActors:
                 self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return Outcome("retry", error)
             return self._acked(job, value)
-        except ClaimLost:
-            # R16: its transaction rolled back and the book lost the claim (logged there):
-            # whoever holds the job now finishes it; this outcome is discarded.
-            return Outcome("lost")
+        except ClaimLost as exc:
+            if claim.state is not ClaimState.RUNNING:
+                # R16: its transaction rolled back; the book decides as for a handler
+                # that never returned: lost (discarded), cancelled (R15) or, stopping,
+                # released (the claim was still ours: nothing committed).
+                return None
+            return self._raised(job, exc)  # another transaction's: the handler's error
         except Retry as retry:
             return Outcome("retry", error_text(retry.error), retry.delay_s)
         except Fail as fail:
@@ -201,18 +204,7 @@ class JobActors:
         except (Exception, asyncio.CancelledError) as exc:
             # asyncio.CancelledError is a BaseException, but when a handler raises one of
             # its own (trio never does) it is the handler's failure, not a cancellation.
-            self.counts["handler_errors"] += 1
-            error = describe(exc)
-            self.reporter.log(
-                logging.WARNING,
-                "handler_error",
-                job,
-                "handler raised %s",
-                type(exc).__name__,
-                error=error,
-                exc_info=exc,
-            )
-            return Outcome("retry", error)
+            return self._raised(job, exc)
         finally:
             self.counts["finished"] += 1
             run_time = trio.current_time() - start
@@ -221,6 +213,21 @@ class JobActors:
                 self.reporter.log(
                     logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time
                 )
+
+    def _raised(self, job: Job, exc: BaseException) -> Outcome:
+        """The handler raised ``exc``: count and log it; the job is retried."""
+        self.counts["handler_errors"] += 1
+        error = describe(exc)
+        self.reporter.log(
+            logging.WARNING,
+            "handler_error",
+            job,
+            "handler raised %s",
+            type(exc).__name__,
+            error=error,
+            exc_info=exc,
+        )
+        return Outcome("retry", error)
 
     def _after_tx(self, job: Job, value: object) -> Outcome:
         """R16: the handler completed its job in a transaction: its return value is

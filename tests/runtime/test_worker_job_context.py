@@ -226,3 +226,23 @@ async def test_r16_current_job_in_asyncio_handlers(store):
     async with running(worker):
         await wait_until(lambda: worker.statistics().acked == 1)
     assert seen == [job_id]
+
+
+async def test_r16_a_claim_lost_of_another_transaction_is_the_handlers_error(store):
+    queue = store.queue("q", QueueOpts(max_attempts=1))
+    other = store.queue("other")
+    job_id = await queue.enqueue(b"x")
+    await other.enqueue(b"y")
+
+    async def handler(job):
+        handle = await other.claim_one("mine")
+        await other.ack_batch([handle.id])  # its claim is gone: complete is refused
+        async with store.transaction() as tx:
+            await tx.complete(handle)
+
+    worker = Worker(store, {queue: handler}, poll_interval_s=1000)
+    async with running(worker):
+        await wait_until(lambda: worker.statistics().dead_lettered == 1)
+    stats = worker.statistics()
+    assert (stats.handler_errors, stats.lease_lost, stats.completed_in_tx) == (1, 0, 0)
+    assert (await queue.get_job(job_id)).last_error.startswith("ClaimLost")
