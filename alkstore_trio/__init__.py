@@ -43,6 +43,7 @@ from ._core import SweepResult as SweepResult
 from ._core import Throttled as Throttled
 from ._engines._wake import WakeListener as WakeListener
 from ._errors import AlkstoreError as AlkstoreError
+from ._errors import ClaimLost as ClaimLost
 from ._errors import EngineError as EngineError
 from ._errors import HandleConsumed as HandleConsumed
 from ._errors import InvalidArgument as InvalidArgument
@@ -53,6 +54,8 @@ from ._runtime import AsyncioCancelled as AsyncioCancelled
 from ._runtime import ChildStatistics as ChildStatistics
 from ._runtime import Fail as Fail
 from ._runtime import Handler as Handler
+from ._runtime import JobContext as JobContext
+from ._runtime import JobTransaction as JobTransaction
 from ._runtime import RestartPolicy as RestartPolicy
 from ._runtime import Retry as Retry
 from ._runtime import Supervisor as Supervisor
@@ -62,6 +65,7 @@ from ._runtime import Worker as Worker
 from ._runtime import WorkerEvent as WorkerEvent
 from ._runtime import WorkerStatistics as WorkerStatistics
 from ._runtime import asyncio_handler as asyncio_handler
+from ._runtime import current_job as current_job
 from ._runtime import open_supervisor as open_supervisor
 from ._runtime import sync_handler as sync_handler
 from ._store import JobHandle as JobHandle

@@ -61,3 +61,12 @@ class EngineError(AlkstoreError):
     the operation may or may not have taken effect; every operation is safe to repeat,
     because job handle operations are fenced by the claim token.
     """
+
+
+class ClaimLost(AlkstoreError):
+    """Raised by a transactional completion (Q19.6: ``Transaction.complete``, and the
+    block of ``current_job().transaction()``) whose claim was no longer valid: the job
+    was reclaimed by another worker, cancelled, or its lease lapsed. The transaction
+    rolls back whole: none of its effects land. Let it propagate from the handler (the
+    worker then sends nothing for the claim: whoever holds the job now finishes it).
+    """

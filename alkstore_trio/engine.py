@@ -40,6 +40,7 @@ from ._engines._protocol import Engine as Engine
 from ._engines._protocol import EngineTransaction as EngineTransaction
 from ._engines._protocol import FailItem as FailItem
 from ._engines._protocol import OperatorPath as OperatorPath
+from ._engines._protocol import ProgressItem as ProgressItem
 from ._engines._protocol import RetryItem as RetryItem
 from ._engines._protocol import SqlParams as SqlParams
 from ._engines._protocol import WorkPath as WorkPath

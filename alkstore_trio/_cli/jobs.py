@@ -224,6 +224,8 @@ async def show_job(args: argparse.Namespace) -> int:
         ("claim_expires_at", iso(job.claim_expires_at)),
         ("last_error", "-" if job.last_error is None else " ".join(job.last_error.split())),
         ("died_at", iso(job.died_at)),
+        # Q19.7: the last progress the handler reported (on one line).
+        ("progress", "-" if job.progress is None else escaped(" ".join(job.progress.split()))),
         *(("headers" if i == 0 else "", line) for i, line in enumerate(_header_lines(job))),
         ("payload", f"{len(job.payload)} bytes, {kind}"),
         ("preview", preview or "(empty)"),
@@ -322,7 +324,16 @@ def print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
             for job in jobs
         ]
     else:
-        header = ["ID", "QUEUE", "STATE", "PRIORITY", "ATTEMPTS", "RUN AT", "CLAIMED BY"]
+        header = [
+            "ID",
+            "QUEUE",
+            "STATE",
+            "PRIORITY",
+            "ATTEMPTS",
+            "RUN AT",
+            "CLAIMED BY",
+            "PROGRESS",
+        ]
         rows = [
             [
                 str(job.id),
@@ -332,10 +343,11 @@ def print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
                 f"{job.attempts}/{job.max_attempts}",
                 iso(job.run_at),
                 job.claimed_by or "-",
+                cut(job.progress, 40),
             ]
             for job in jobs
         ]
-    for line in table(header, rows, "rllll" if dead else "rllrrll"):
+    for line in table(header, rows, "rllll" if dead else "rllrrlll"):
         say(line)
 
 

@@ -176,6 +176,9 @@ class Job:
     #: Q19.1: the handler's result stored with the ack of a kept job (``None`` for none),
     #: left out of ``repr`` like the payload.
     result: bytes | None = field(default=None, repr=False)
+    #: Q19.7: the last progress text a handler reported for the job (a heartbeat carried
+    #: it), kept into history and dead rows; ``None`` until one was reported.
+    progress: str | None = None
 
 
 class SweepResult(NamedTuple):

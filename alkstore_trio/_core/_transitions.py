@@ -167,10 +167,16 @@ def claimed(job: Job, worker_id: str, now: datetime, token: int) -> Job:
     )
 
 
-def heartbeaten(job: Job, now: datetime, extend_s: float | None) -> Job:
-    """Q4: an absolute reset of the deadline; ``claimed_at`` and ``attempts`` unchanged."""
+def heartbeaten(
+    job: Job, now: datetime, extend_s: float | None, progress: str | None = None
+) -> Job:
+    """Q4: an absolute reset of the deadline; ``claimed_at`` and ``attempts`` unchanged.
+    Q19.7: a ``progress`` text (``None``: no news) replaces the job's."""
     extend = job.visibility_timeout_s if extend_s is None else extend_s
-    return replace(job, claim_expires_at=now + timedelta(seconds=extend))
+    expires = now + timedelta(seconds=extend)
+    if progress is None:
+        return replace(job, claim_expires_at=expires)
+    return replace(job, claim_expires_at=expires, progress=progress)
 
 
 def dead(job: Job, now: datetime, error: str) -> Job:
@@ -230,7 +236,7 @@ def requeued(job: Job, now: datetime) -> Job:
     whole time to live again, else a row that died of expiry would expire at once).
     ``last_error`` is kept (why it died, until a new attempt overwrites it); the claim
     fields, the claim token (Q19.8: no old holder's token is valid again) and
-    ``died_at`` are cleared.
+    ``died_at`` are cleared, and so is the progress (Q19.7: a new run reports its own).
     """
     expires_at = None if job.expires_at is None else now + (job.expires_at - job.enqueued_at)
     return replace(
@@ -245,6 +251,7 @@ def requeued(job: Job, now: datetime) -> Job:
         claim_expires_at=None,
         claim_token=None,
         died_at=None,
+        progress=None,
     )
 
 

@@ -375,6 +375,20 @@ def check_error_text(value: object) -> str | None:
     return _check_storable("error", value, max_chars=ERROR_MAX_CHARS)
 
 
+#: Q19.7: the longest progress text a running job may report.
+PROGRESS_MAX_CHARS: Final = 1024
+
+
+def check_progress(value: object) -> str | None:
+    """Q19.7: a job's progress text: ``None`` (no news) or a str (empty allowed) of at most
+    1,024 characters every engine can store (no NUL, no lone surrogate)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"progress must be a str or None; got {_show(value)}")
+    return _check_storable("progress", value, max_chars=PROGRESS_MAX_CHARS)
+
+
 def check_batch_size(value: object) -> int:
     """Q3: ``n`` must be an int; any int is accepted (``n <= 0`` claims nothing)."""
     if not _is_int(value):

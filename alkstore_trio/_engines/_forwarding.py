@@ -25,7 +25,15 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
-    from ._protocol import Claim, Completion, Engine, EngineTransaction, FailItem, RetryItem
+    from ._protocol import (
+        Claim,
+        Completion,
+        Engine,
+        EngineTransaction,
+        FailItem,
+        ProgressItem,
+        RetryItem,
+    )
     from ._wake import WakeListener
 
 
@@ -82,6 +90,11 @@ class ForwardingEngine:
         self, queue: str, claims: Sequence[Claim], extend_s: float | None
     ) -> list[int]:
         return await self.inner.heartbeat(queue, claims, extend_s)
+
+    async def heartbeat_progress(
+        self, queue: str, items: Sequence[ProgressItem], extend_s: float | None
+    ) -> list[int]:
+        return await self.inner.heartbeat_progress(queue, items, extend_s)
 
     async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
         return await self.inner.ack(queue, claims)

@@ -61,6 +61,15 @@ class Completion(NamedTuple):
     result: bytes | None
 
 
+class ProgressItem(NamedTuple):
+    """One claim to renew with its news (Q19.7): ``progress`` replaces the job's progress
+    text when it is not ``None``."""
+
+    job_id: int
+    token: int
+    progress: str | None
+
+
 class RetryItem(NamedTuple):
     """One claim to retry (Q4, Q13): back to pending after ``delay_s`` seconds, or dead
     with ``error`` when the claim was the job's last allowed attempt (then ``delay_s`` is
@@ -94,6 +103,12 @@ class EngineTransaction(Protocol):
         An engine without SQL raises ``InvalidArgument``."""
         ...
 
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        """Q19.6: :meth:`WorkPath.complete` inside the transaction, fenced by V as there:
+        the ids finished, which take effect at commit together with the transaction's
+        other effects (or never). The store calls it last, right before the commit."""
+        ...
+
 
 class WorkPath(Protocol):
     """The operations of producers and workers: the hot path.
@@ -122,6 +137,14 @@ class WorkPath(Protocol):
     ) -> list[int]:
         """Q4/Q13: renew each distinct valid claim (an absolute reset to now + ``extend_s``,
         default the row's ``visibility_timeout_s``); the ids renewed."""
+        ...
+
+    async def heartbeat_progress(
+        self, queue: str, items: Sequence[ProgressItem], extend_s: float | None
+    ) -> list[int]:
+        """Q19.7: :meth:`heartbeat`, and each renewed claim's job takes the item's
+        ``progress`` text (``None``: keeps its own), in the same atomic step; the ids
+        renewed. The store sends it only when some item has news."""
         ...
 
     async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:

@@ -7,6 +7,9 @@ checks both).
 
 from ._asyncio import AsyncioCancelled as AsyncioCancelled
 from ._asyncio import asyncio_handler as asyncio_handler
+from ._context import JobContext as JobContext
+from ._context import JobTransaction as JobTransaction
+from ._context import current_job as current_job
 from ._outcomes import Fail as Fail
 from ._outcomes import Retry as Retry
 from ._outcomes import TimedOut as TimedOut

@@ -20,6 +20,10 @@ Each claim has exactly one :class:`ClaimState`::
                   └─ lease lapsed ─►  LOST ◄── refused() / lease ran out       DONE
                      before start        (outcome discarded)            (out of the book)
 
+    RUNNING ─committing()─► COMMITTING ─committed(ok)─► RUNNING (in_tx: its outcome is
+        "completed in the transaction", nothing is sent) or LOST (refused, or unknown)
+    (R16: a transactional completion in flight; a refusal meanwhile waits for its end)
+
     RUNNING / CANCELLING ─cancel_requested()─► ABORTING ─finished()─► FINISHED
     STARTING ─cancel_requested()─► FINISHED (never starts)
     (R15: the store announced the job cancelled; its outcome is settle_cancelled)
@@ -66,6 +70,9 @@ class ClaimState(enum.Enum):
     #: R15: the job was cancelled in the store (``queue.cancel``): its scope was cancelled
     #: (or its handler will never start); its outcome will be ``settle_cancelled``.
     ABORTING = "aborting"
+    #: R16: the handler's transactional completion is in flight (its COMMIT not yet
+    #: answered): a refusal meanwhile is held until :meth:`ClaimBook.committed`.
+    COMMITTING = "committing"
     #: The claim was found lost (a refusal, or its lease ran out by the worker's clock):
     #: its scope was cancelled, its outcome will be discarded, no statement is sent for it.
     LOST = "lost"
@@ -78,9 +85,12 @@ class ClaimState(enum.Enum):
 
 
 #: States whose cancel scope is still open (a renewal moves its deadline).
-_SCOPED: Final = frozenset({ClaimState.STARTING, ClaimState.RUNNING, ClaimState.CANCELLING})
-#: R15: states a cancel announcement aborts (their scope is to be cancelled).
-_ABORTABLE: Final = _SCOPED
+_SCOPED: Final = frozenset(
+    {ClaimState.STARTING, ClaimState.RUNNING, ClaimState.CANCELLING, ClaimState.COMMITTING}
+)
+#: R15: states a cancel announcement aborts (their scope is to be cancelled); R16: not
+#: a commit in flight (its completion is refused, or it won the race).
+_ABORTABLE: Final = _SCOPED - {ClaimState.COMMITTING}
 #: States a refusal leaves as they are.
 _NOT_LOSABLE: Final = frozenset({ClaimState.LOST, ClaimState.DONE, ClaimState.ABORTING})
 #: States whose claim may still be renewed.
@@ -115,6 +125,8 @@ ACK: Final = Outcome("ack")
 CANCELLED: Final = Outcome("cancelled")
 #: The raw result of a handler cancelled by its lease's deadline (see :meth:`reported`).
 _LAPSED: Final = Outcome("lapsed")
+#: R16: the outcome of a claim completed in its handler's transaction: nothing to send.
+IN_TX: Final = Outcome("completed_in_tx")
 
 
 @dataclass(eq=False, slots=True)
@@ -139,6 +151,13 @@ class Claim:
     #: (trio time; the actor sets it): the cancel's latency in this worker.
     aborted_at: float | None = None
     ended_at: float | None = None
+    #: Q19.7: progress reported by the handler and not yet sent (the next heartbeat
+    #: carries it); set by the handler's context, cleared by the dispatcher.
+    progress: str | None = None
+    #: R16: completed in the handler's transaction (no statement is sent for it), and
+    #: whether a refusal arrived while its completion was in flight.
+    in_tx: bool = False
+    refused_in_commit: bool = False
 
 
 class Verdict(enum.Enum):
@@ -209,7 +228,16 @@ class ClaimBook:
         #: R11: the queues whose next due time the dispatcher is to look up now.
         self.lookups: set[str] = set()
         self.counts: dict[str, int] = dict.fromkeys(
-            ("claimed", "acked", "retried", "dead_lettered", "released", "lease_lost", "cancelled"),
+            (
+                "claimed",
+                "acked",
+                "retried",
+                "dead_lettered",
+                "released",
+                "lease_lost",
+                "cancelled",
+                "completed_in_tx",
+            ),
             0,
         )
 
@@ -403,7 +431,9 @@ class ClaimBook:
         state = claim.state
         if state is ClaimState.LOST or state is ClaimState.DONE:
             return
-        if state is ClaimState.ABORTING:
+        if claim.in_tx:
+            result = IN_TX  # R16: done in the transaction, whatever the handler did after
+        elif state is ClaimState.ABORTING:
             # R15: cancelled in the store: whatever the handler did, the job is cancelled.
             result = CANCELLED
         elif state is ClaimState.CANCELLING:
@@ -420,6 +450,11 @@ class ClaimBook:
         if claim.state is not ClaimState.FINISHED:
             # Lost (found so while the handler ran, or before it started).
             self._drop(claim)
+            return Verdict.DISCARD
+        if claim.outcome is IN_TX:
+            self._drop(claim)
+            self.counts["acked"] += 1
+            self.counts["completed_in_tx"] += 1
             return Verdict.DISCARD
         if claim.outcome is _LAPSED:
             if claim.lease_until > now:
@@ -464,7 +499,9 @@ class ClaimBook:
                 claim.state = ClaimState.ABORTING
                 claim.aborted_at = now
                 aborted.append(claim)
-            elif state is ClaimState.FINISHED and claim.aborted_at is None:
+            elif state is ClaimState.COMMITTING:
+                claim.aborted_at = now  # R16: settled by committed()
+            elif state is ClaimState.FINISHED and claim.aborted_at is None and not claim.in_tx:
                 claim.aborted_at = now
                 claim.outcome = CANCELLED
         return aborted, unstarted
@@ -486,7 +523,7 @@ class ClaimBook:
         groups: dict[str, list[Claim]] = {}
         for claim in claims:
             # R15: an announced claim is settled without a lease: nothing to renew.
-            if claim.state in _RENEWABLE and claim.aborted_at is None:
+            if claim.state in _RENEWABLE and claim.aborted_at is None and not claim.in_tx:
                 group = groups.setdefault(claim.queue, [])
                 if claim not in group:
                     group.append(claim)
@@ -504,9 +541,43 @@ class ClaimBook:
         """A renewal, ack, retry or fail was refused: the claim is lost. True when this
         is news (count and log it); either way its scope is to be cancelled and nothing
         more is tried for it."""
-        if claim.state in _NOT_LOSABLE or claim.aborted_at is not None:
+        if claim.state in _NOT_LOSABLE or claim.aborted_at is not None or claim.in_tx:
             # LOST or DONE already; R15: an announced claim's job is cancelling in the
             # store, so a refusal is expected there: its outcome stays settle_cancelled.
+            # R16: a claim completed in its transaction is gone from the store.
+            return False
+        if claim.state is ClaimState.COMMITTING:
+            claim.refused_in_commit = True  # R16: decided by committed()
+            return False
+        self._lose(claim)
+        return True
+
+    # --- transactional completion (R16) ---------------------------------------------
+
+    def committing(self, claim: Claim) -> bool:
+        """The handler's transaction is about to complete the claim and commit: may it?
+        Only while the handler runs (not once lost, aborted or stopped)."""
+        if claim.state is not ClaimState.RUNNING or claim.in_tx:
+            return False
+        claim.state = ClaimState.COMMITTING
+        return True
+
+    def committed(self, claim: Claim, ok: bool) -> bool:
+        """The transaction's commit answered: ``ok`` (the completion committed), else it
+        was refused, rolled back or its outcome is unknown (the claim is then lost: no
+        statement is sent; an unknown commit's job either finished or runs again once
+        its lease lapses). A refusal held meanwhile is dropped when it committed (the
+        heartbeat waited on the completion's row lock). True when the claim was lost
+        here (news, to log)."""
+        if claim.state is not ClaimState.COMMITTING:
+            return False
+        claim.refused_in_commit = False
+        if ok:
+            claim.state = ClaimState.RUNNING
+            claim.in_tx = True
+            return False
+        if claim.aborted_at is not None:
+            claim.state = ClaimState.ABORTING  # R15: cancelled meanwhile: settle it so
             return False
         self._lose(claim)
         return True

@@ -32,7 +32,7 @@ from ._actors import (
     Wake,
     coalesced,
 )
-from ._book import ClaimBook, Outcome, Verdict
+from ._book import ClaimBook, ClaimState, Outcome, Verdict
 from ._book import heartbeat_groups as _heartbeat_groups
 from ._due import DueTimes
 from ._events import describe as _describe
@@ -254,7 +254,11 @@ class Dispatcher:
         queue = self._queue_by_name[queue_name]
         sent_at = trio.current_time()
         try:
-            results = await queue.heartbeat_handles([claim.handle for claim in claims])
+            handles = [claim.handle for claim in claims]
+            if any(claim.progress is not None for claim in claims):
+                results = await self._heartbeat_progress(queue, claims, handles)
+            else:
+                results = await queue.heartbeat_handles(handles)
         except EngineError as exc:
             for claim in claims:
                 self.engine_error("heartbeat", claim.handle.job, exc)
@@ -275,6 +279,19 @@ class Dispatcher:
             for claim in refused:
                 if claim not in aborted:
                     self._lose(claim, "heartbeat refused")
+
+    @staticmethod
+    async def _heartbeat_progress(
+        queue: Queue, claims: list[Claim], handles: list[JobHandle]
+    ) -> list[bool]:
+        """Q19.7: the renewal carries the claims' progress news (one statement, no round
+        trip of its own); news reported meanwhile waits for the next heartbeat."""
+        news = [claim.progress for claim in claims]
+        results = await queue.heartbeat_handles(handles, progress=news)
+        for claim, sent in zip(claims, news, strict=True):
+            if claim.progress is sent:
+                claim.progress = None
+        return results
 
     async def _check_cancels(self) -> None:
         """R15's safety net for a lost announcement: one ``cancelling_among`` read per
@@ -304,6 +321,8 @@ class Dispatcher:
         """A refusal: the book marks the claim lost; its handler is cancelled."""
         if self._book.refused(claim):
             self._log_lost(claim, why)
+        elif claim.in_tx or claim.state is ClaimState.COMMITTING:
+            return  # R16: completed in its transaction, or the commit decides
         claim.scope.cancel()
 
     def _log_lost(self, claim: Claim, why: str) -> None:

@@ -65,6 +65,8 @@ class WorkerStatistics:
         run_time_mean_s: Its mean over ``finished`` (0 when none).
         results_discarded: Q19.1: results returned by handlers of jobs that are not kept
             (``keep_completed_s=None``), so discarded with the ack.
+        completed_in_tx: R16: jobs completed in their handler's transaction (Q19.6:
+            ``current_job().transaction()``); counted in ``acked`` too.
     """
 
     worker_id: str
@@ -87,6 +89,7 @@ class WorkerStatistics:
     run_time_mean_s: float
     results_discarded: int = 0
     cancelled: int = 0
+    completed_in_tx: int = 0
 
 
 def statistics_of(
@@ -124,6 +127,7 @@ def statistics_of(
         run_time_mean_s=run_time_total_s / c["finished"] if c["finished"] else 0.0,
         results_discarded=c["results_discarded"],
         cancelled=book_counts["cancelled"],
+        completed_in_tx=book_counts["completed_in_tx"],
     )
 
 
@@ -139,6 +143,7 @@ EVENT_KINDS: Final = frozenset(
         "handler_error",  # its handler raised an exception (a retry follows)
         "result_discarded",  # Q19.1: its result was discarded (the job is not kept)
         "ack",  # acked
+        "completed_in_tx",  # R16: completed in its handler's transaction (Q19.6)
         "retry",  # given back to run again (error, delay_s)
         "release",  # given back because the worker stopped
         "dead",  # dead-lettered (error)

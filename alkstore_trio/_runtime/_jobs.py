@@ -28,9 +28,10 @@ import trio
 
 from .._core import _validate as v
 from .._core._validate import DEFAULT_MAX_RESULT_BYTES
-from .._errors import InvalidArgument
+from .._errors import ClaimLost, InvalidArgument
 from ._actors import Finished, HeartbeatRequest
 from ._book import ACK, ClaimState, Outcome
+from ._context import _CURRENT
 from ._events import describe, error_text
 from ._outcomes import Fail, Retry, TimedOut
 
@@ -140,7 +141,11 @@ class JobActors:
             with scope:
                 now = trio.current_time()
                 if book.start(claim, now):
-                    result = await self._run_handler(claim, handler, now)
+                    context = _CURRENT.set((claim, self))  # R16: current_job()
+                    try:
+                        result = await self._run_handler(claim, handler, now)
+                    finally:
+                        _CURRENT.reset(context)
                 elif claim.state is ClaimState.LOST and now >= claim.lease_until:
                     self.reporter.log(
                         logging.WARNING,
@@ -162,7 +167,7 @@ class JobActors:
                 self._nudged = True
                 self.inbox.send_nowait(_FINISHED)
 
-    async def _run_handler(self, claim: Claim, handler: Handler, start: float) -> Outcome:
+    async def _run_handler(self, claim: Claim, handler: Handler, start: float) -> Outcome | None:
         job = claim.handle.job
         self.counts["started"] += 1
         self.claim_to_start_total_s += start - claim.claimed_at
@@ -173,9 +178,12 @@ class JobActors:
             timeout_s, param = self.queue_timeouts.get(claim.queue, (timeout_s, param))
         try:
             if timeout_s is None:
-                return self._acked(job, await handler(job))
+                value = await handler(job)
+                return self._acked(job, value) if not claim.in_tx else self._after_tx(job, value)
             with trio.move_on_after(timeout_s) as timeout:
                 value = await handler(job)
+            if claim.in_tx:
+                return self._after_tx(job, value)
             if timeout.cancelled_caught:
                 self.counts["timed_out"] += 1
                 error = f"job timed out after {timeout_s:g}s ({param})"
@@ -187,6 +195,13 @@ class JobActors:
             text = error_text(timed_out.error)
             self.reporter.log(logging.WARNING, "timeout", job, "%s", text, error=text)
             return Outcome("retry", text, timed_out.delay_s)
+        except ClaimLost as exc:
+            if claim.state is not ClaimState.RUNNING:
+                # R16: its transaction rolled back; the book decides as for a handler
+                # that never returned: lost (discarded), cancelled (R15) or, stopping,
+                # released (the claim was still ours: nothing committed).
+                return None
+            return self._raised(job, exc)  # another transaction's: the handler's error
         except Retry as retry:
             return Outcome("retry", error_text(retry.error), retry.delay_s)
         except Fail as fail:
@@ -194,18 +209,7 @@ class JobActors:
         except (Exception, asyncio.CancelledError) as exc:
             # asyncio.CancelledError is a BaseException, but when a handler raises one of
             # its own (trio never does) it is the handler's failure, not a cancellation.
-            self.counts["handler_errors"] += 1
-            error = describe(exc)
-            self.reporter.log(
-                logging.WARNING,
-                "handler_error",
-                job,
-                "handler raised %s",
-                type(exc).__name__,
-                error=error,
-                exc_info=exc,
-            )
-            return Outcome("retry", error)
+            return self._raised(job, exc)
         finally:
             self.counts["finished"] += 1
             run_time = trio.current_time() - start
@@ -214,6 +218,34 @@ class JobActors:
                 self.reporter.log(
                     logging.DEBUG, "finish", job, "handler finished after %.3fs", run_time
                 )
+
+    def _raised(self, job: Job, exc: BaseException) -> Outcome:
+        """The handler raised ``exc``: count and log it; the job is retried."""
+        self.counts["handler_errors"] += 1
+        error = describe(exc)
+        self.reporter.log(
+            logging.WARNING,
+            "handler_error",
+            job,
+            "handler raised %s",
+            type(exc).__name__,
+            error=error,
+            exc_info=exc,
+        )
+        return Outcome("retry", error)
+
+    def _after_tx(self, job: Job, value: object) -> Outcome:
+        """R16: the handler completed its job in a transaction: its return value is
+        ignored (a non-``None`` one is logged: a result belongs in ``tx.set_result``)."""
+        if value is not None:
+            self.reporter.log(
+                logging.WARNING,
+                "result_discarded",
+                job,
+                "the handler returned a value after completing its job in a transaction; "
+                "it is ignored (use tx.set_result inside the transaction)",
+            )
+        return ACK
 
     def _acked(self, job: Job, value: object) -> Outcome:
         """Q19.1 (R16): the outcome of a handler that returned ``value``: an ack with its

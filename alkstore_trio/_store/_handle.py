@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from .._core import Job, backoff_delay_s
 from .._core import _validate as v
-from .._engines._protocol import Claim, FailItem, RetryItem
+from .._engines._protocol import Claim, FailItem, ProgressItem, RetryItem
 from .._errors import EngineError, HandleConsumed, InvalidArgument
 from ._results import ack_items
 
@@ -91,6 +91,18 @@ def checked_items(
     return checked
 
 
+def checked_progress(progress: Iterable[str | None], count: int) -> list[str | None] | None:
+    """Q19.7: one progress text (or ``None``) per handle; ``None`` when none has news."""
+    if isinstance(progress, (str, bytes)) or not hasattr(progress, "__iter__"):
+        raise InvalidArgument(
+            f"progress must be a sequence of str or None; got a {type(progress).__name__}"
+        )
+    news = [v.check_progress(text) for text in progress]
+    if len(news) != count:
+        raise InvalidArgument(f"progress must hold one entry per handle ({count}); got {len(news)}")
+    return news if any(text is not None for text in news) else None
+
+
 @contextmanager
 def naming_item(index: int, handle: JobHandle) -> Iterator[None]:
     """Prefix an InvalidArgument raised for one item with its position and handle."""
@@ -156,11 +168,16 @@ class JobHandle:
                 f"job handle {self._job.id} was already used for ack, retry, release or fail"
             )
 
-    async def heartbeat(self, extend_s: float | None = None) -> bool:
+    async def heartbeat(
+        self, extend_s: float | None = None, *, progress: str | None = None
+    ) -> bool:
         """Renew the claim: the deadline becomes now + ``extend_s`` (an absolute reset).
 
         Args:
             extend_s: Seconds (> 0); defaults to the row's ``visibility_timeout_s``.
+            progress: Q19.7: the job's progress text from now on (at most 1,024
+                characters, no NUL; ``Job.progress``), stored with the renewal in the
+                same step; ``None`` keeps the job's.
 
         Returns:
             ``True`` if renewed; ``False`` if the claim was no longer valid (lapsed,
@@ -168,8 +185,12 @@ class JobHandle:
         """
         self._check_usable()
         extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
-        claims = [self._claim]
-        return bool(await self._queue._engine.heartbeat(self._job.queue, claims, extend))
+        news = v.check_progress(progress)
+        engine, queue = self._queue._engine, self._job.queue
+        if news is not None:
+            items = [ProgressItem(*self._claim, news)]
+            return bool(await engine.heartbeat_progress(queue, items, extend))
+        return bool(await engine.heartbeat(queue, [self._claim], extend))
 
     async def ack(self, result: bytes | bytearray | memoryview | None = None) -> bool:
         """Finish the job: delete its row, or (Q19.2) keep it as ``"completed"`` when its

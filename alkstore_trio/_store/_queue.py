@@ -11,13 +11,14 @@ from .._core import NO_LIMITS, UNSET, Enqueued, Job, JobState, QueueLimits, Queu
 from .._core import _validate as v
 from .._core._limits import _Unset, check_limit_args, merged_limits, refills
 from .._core._reschedule import check_reschedule
-from .._engines._protocol import FailItem
+from .._engines._protocol import FailItem, ProgressItem
 from .._errors import InvalidArgument
 from ._handle import (
     JobHandle,
     _consume_all,
     checked_handles,
     checked_items,
+    checked_progress,
     naming_item,
     retry_item,
 )
@@ -323,7 +324,11 @@ class Queue:
         return [handle.id in acked for handle in checked], [JobHandle(self, job) for job in jobs]
 
     async def heartbeat_handles(
-        self, handles: Iterable[JobHandle], extend_s: float | None = None
+        self,
+        handles: Iterable[JobHandle],
+        extend_s: float | None = None,
+        *,
+        progress: Iterable[str | None] | None = None,
     ) -> list[bool]:
         """Renew many claims of this queue with one statement (Q13; see D19).
 
@@ -335,6 +340,8 @@ class Queue:
         Args:
             handles: Distinct unconsumed handles of jobs of this queue.
             extend_s: Seconds (> 0); defaults to each row's ``visibility_timeout_s``.
+            progress: Q19.7: one progress text per handle (``None``: keep the job's), as
+                :meth:`JobHandle.heartbeat` takes it.
 
         Returns:
             One bool per handle, in order: ``True`` if its claim was renewed, ``False`` if
@@ -350,13 +357,18 @@ class Queue:
         """
         checked = checked_handles(self, handles)
         extend = v.check_optional_duration("extend_s", extend_s, min_s=0, min_inclusive=False)
+        news = None if progress is None else checked_progress(progress, len(checked))
         for handle in checked:
             handle._check_usable()
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
         claims = [handle._claim for handle in checked]
-        renewed = set(await self._engine.heartbeat(self._name, claims, extend))
+        if news is None:
+            renewed = set(await self._engine.heartbeat(self._name, claims, extend))
+        else:
+            items = [ProgressItem(*claim, text) for claim, text in zip(claims, news, strict=True)]
+            renewed = set(await self._engine.heartbeat_progress(self._name, items, extend))
         return [handle.id in renewed for handle in checked]
 
     async def retry_handles(

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, final
 from .._core import DEFAULT_OPTS, Enqueued, EnqueueSpec, Job, QueueOpts, StoreStats, enqueue_specs
 from .._core import _periodic as periodic  # Q17
 from .._core import _validate as v
-from .._errors import HandleConsumed, InvalidArgument, StoreClosed
+from .._engines._protocol import Completion
+from .._errors import ClaimLost, HandleConsumed, InvalidArgument, StoreClosed
+from ._handle import JobHandle, _consume_all
 from ._queue import Queue
 
 if TYPE_CHECKING:
@@ -107,13 +109,21 @@ class Store:
             StoreClosed: the store is closed (also when it closes before the commit).
         """
         self._check_open()
-        async with self._engine.transaction() as engine_tx:
-            tx = Transaction(self, engine_tx)
-            try:
-                yield tx
-            finally:
-                tx._finished = True
-            self._check_open()
+        tx: Transaction | None = None
+        try:
+            async with self._engine.transaction() as engine_tx:
+                tx = Transaction(self, engine_tx)
+                try:
+                    yield tx
+                finally:
+                    tx._finished = True
+                if tx._lost is not None:
+                    raise tx._lost  # Q19.6: a refused completion never commits, even if caught
+                self._check_open()
+        except BaseException:
+            if tx is not None and tx._completed is not None:
+                tx._completed._consumed = False  # Q19.6: rolled back: the claim stands
+            raise
 
     def open_wake_listener(
         self, queues: str | Queue | Iterable[str | Queue]
@@ -311,6 +321,15 @@ class Transaction:
         self._store = store
         self._engine = engine_tx
         self._finished = False
+        #: Q19.6: the handle completed in it, and the refusal of a completion (the
+        #: transaction then never commits).
+        self._completed: JobHandle | None = None
+        self._lost: ClaimLost | None = None
+
+    def _check_usable(self) -> None:
+        self._store._check_open()
+        if self._finished:
+            raise HandleConsumed("this transaction already ended; open a new one")
 
     async def enqueue(
         self,
@@ -348,9 +367,7 @@ class Transaction:
             HandleConsumed: the transaction already ended.
             StoreClosed: the store is closed.
         """
-        self._store._check_open()
-        if self._finished:
-            raise HandleConsumed("this transaction already ended; open a new one")
+        self._check_usable()
         name = self._store._queue_name(queue)
         opts = queue.opts if isinstance(queue, Queue) else DEFAULT_OPTS
         keys = None if unique_key is None else [v.check_unique_key(unique_key)]
@@ -382,9 +399,7 @@ class Transaction:
     async def fetch(self, sql: str, params: SqlParams | None = None) -> list[tuple[Any, ...]]:
         """Like :meth:`execute`, and return the statement's rows as tuples (``[]`` when it
         returns none)."""
-        self._store._check_open()
-        if self._finished:
-            raise HandleConsumed("this transaction already ended; open a new one")
+        self._check_usable()
         if not isinstance(sql, str) or not sql.strip():
             raise InvalidArgument(f"sql must be a non-empty str; got {type(sql).__name__}")
         if params is not None and (
@@ -394,3 +409,43 @@ class Transaction:
                 f"params must be a sequence or a mapping of values; got {type(params).__name__}"
             )
         return await self._engine.fetch(sql, params)
+
+    async def complete(
+        self, handle: JobHandle, result: bytes | bytearray | memoryview | None = None
+    ) -> None:
+        """Q19.6: ack the claim of ``handle`` inside this transaction, fenced by its claim
+        token: the ack commits with the transaction's other effects, or not at all.
+        Call it last: it ends the transaction's work (later calls raise
+        :class:`~alkstore_trio.HandleConsumed`), and the job row stays locked until the
+        commit. It consumes the handle.
+
+        Args:
+            handle: A job handle of this store, unconsumed.
+            result: Q19.1: the job's result, kept with a kept job (as ``JobHandle.ack``).
+
+        Raises:
+            ClaimLost: the claim was no longer valid (reclaimed, cancelled, lapsed); the
+                transaction rolls back whole when the block ends, even if this is caught.
+            InvalidArgument: ``handle`` is not a job handle of this store, or ``result``
+                is invalid (nothing was done).
+            HandleConsumed: the handle or the transaction was used up.
+        """
+        self._check_usable()
+        if not isinstance(handle, JobHandle) or handle._queue._store is not self._store:
+            raise InvalidArgument(
+                f"handle must be a job handle of this store; got {type(handle).__name__}"
+            )
+        handle._check_usable()
+        checked = v.result_bytes(result, self._store.max_result_bytes)
+        job = handle.job
+        item = Completion(job.id, handle._claim.token, checked)
+        done = await _consume_all([handle], self._engine.complete(job.queue, [item]))
+        self._finished = True
+        if done:
+            self._completed = handle
+        else:
+            self._lost = ClaimLost(
+                f"job {job.id}: the claim was no longer valid (reclaimed, cancelled or "
+                "its lease lapsed); the transaction rolls back"
+            )
+            raise self._lost

@@ -70,12 +70,18 @@ if TYPE_CHECKING:
     from .._runtime._worker import Worker, WorkerEvent
     from .._store import Queue
 
-#: Operations whose acceptance the record shows (logged after the store said yes).
-ACCEPTED_KINDS: Final = frozenset({"heartbeat", "ack", "retry", "release", "dead", "cancelled"})
+#: Operations whose acceptance the record shows (logged after the store said yes; R16's
+#: ``completed_in_tx`` is an ack that committed with the handler's transaction).
+ACCEPTED_KINDS: Final = frozenset(
+    {"heartbeat", "ack", "completed_in_tx", "retry", "release", "dead", "cancelled"}
+)
 #: Accepted operations that end a claim (one-shot, Q4).
-TERMINAL_KINDS: Final = frozenset({"ack", "retry", "release", "dead", "cancelled"})
+TERMINAL_KINDS: Final = frozenset(
+    {"ack", "completed_in_tx", "retry", "release", "dead", "cancelled"}
+)
 #: Accepted operations after which the job is never claimed again.
-_FINAL_KINDS: Final = frozenset({"ack", "dead", "cancelled"})
+_FINAL_KINDS: Final = frozenset({"ack", "completed_in_tx", "dead", "cancelled"})
+_ACKS: Final = frozenset({"ack", "completed_in_tx"})
 #: Names used by older records (``tests/faults/_worker_proc.py``) for the same events.
 _LEGACY_KINDS: Final = {"end": "finish", "stopped": "worker_stop", "ready": "worker_start"}
 
@@ -537,7 +543,7 @@ def _check_job(
     ordered = sorted(claims.values(), key=_claim_order)
     _check_across_claims(job_id, ordered, totals, violate, slack_s=slack_s)
 
-    acked = any(c.terminal is not None and c.terminal.kind == "ack" for c in ordered)
+    acked = any(c.terminal is not None and c.terminal.kind in _ACKS for c in ordered)
     totals.acked += acked
     if final is None:
         return

@@ -15,9 +15,8 @@ API already accepted. Claim tokens (Q19.8) are opaque: a caller checking an engi
 passes the tokens the engine's claim handed out (``claim(..., tokens=)``), and the model
 draws its own otherwise. It also mirrors two decisions of the public facade that an
 engine cannot see (``docs/dev/decisions-foundation.md``): the backoff draw (decision 2: one
-``rng.randint`` per ``retry`` without ``delay_s`` whose claim's ``attempts`` is below the
-job's ``max_attempts``, made before the validity check) and transaction ids (decision 7: ids are
-reserved at ``tx.enqueue`` and the rows inserted at commit).
+``rng.randint`` per ``retry`` without ``delay_s`` whose claim's ``attempts`` is below
+``max_attempts``, made before the validity check) and transaction ids (decision 7).
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ from .._core import (
 from . import _model_cancel  # Q19.5
 from ._model_backoff import _after, _Stamps, model_backoff_delay_s
 from ._model_history import ModelHistory  # Q19.1-Q19.3
-from ._model_limits import HOLDING as _HOLDING  # Q18.7-Q18.11
-from ._model_limits import ModelLimits
+from ._model_limits import ModelLimits, live_by_key, live_leases  # Q18.7-Q18.11
 from ._model_stats import queue_stats, reclaimable  # D22
 from ._model_tx import ModelTransaction
 from ._periodic_model import PeriodicModel  # Q17
@@ -305,8 +303,8 @@ class ReferenceModel:
         candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         # Q18.8: each key's best jobs up to its free slots; then Q18.7/Q18.9: no more
         # than the limits allow.
-        picked = self.limits.pick(queue, candidates, self._live_by_key(queue, now))
-        live = len(self._live_leases(queue, now))
+        picked = self.limits.pick(queue, candidates, live_by_key(self._live(queue), now))
+        live = len(live_leases(self._live(queue), now))
         take = self.limits.take(queue, live, n, len(picked), now, len(picked) < len(candidates))
         # 3. Claim them.
         out = []
@@ -328,28 +326,6 @@ class ReferenceModel:
             self._rows[job.id] = claimed
             out.append(claimed)
         return out
-
-    def _live_by_key(self, queue: str, now: datetime) -> dict[str, list[datetime]]:
-        """Q18.8: the deadlines of each concurrency key's unexpired leases (processing or
-        cancelling: a cancelled handler holds its slot until it stopped)."""
-        keys: dict[str, list[datetime]] = {}
-        for job in self._live(queue):
-            live = job.claim_expires_at is not None and now <= job.claim_expires_at
-            if job.state in _HOLDING and live and job.concurrency_key is not None:
-                assert job.claim_expires_at is not None
-                keys.setdefault(job.concurrency_key, []).append(job.claim_expires_at)
-        return keys
-
-    def _live_leases(self, queue: str, now: datetime) -> list[datetime]:
-        """Q18.7: the deadlines of the queue's processing and cancelling rows under
-        unexpired leases."""
-        return [
-            job.claim_expires_at
-            for job in self._live(queue)
-            if job.state in _HOLDING
-            and job.claim_expires_at is not None
-            and now <= job.claim_expires_at
-        ]
 
     # Q18: queue controls.
     def set_limits(self, queue: str, limits: QueueLimits, *, refill: bool, now: datetime) -> None:
@@ -373,13 +349,16 @@ class ReferenceModel:
         extend_s: float | None = None,
         *,
         now: datetime,
+        progress: str | None = None,
     ) -> bool:
-        """Q4 heartbeat: ``claim_expires_at = now + (extend_s or visibility_timeout_s)``."""
+        """Q4 heartbeat: ``claim_expires_at = now + (extend_s or visibility_timeout_s)``;
+        Q19.7: a ``progress`` text (``None``: no news) becomes the job's."""
         job = self._valid(queue, job_id, token, now)
         if job is None:
             return False
         extend = job.visibility_timeout_s if extend_s is None else extend_s
-        self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend))
+        news = job.progress if progress is None else progress
+        self._rows[job_id] = replace(job, claim_expires_at=_after(now, extend), progress=news)
         return True
 
     def ack(
@@ -625,6 +604,7 @@ class ReferenceModel:
                 claim_expires_at=None,
                 claim_token=None,
                 died_at=None,
+                progress=None,  # Q19.7: a redriven job reports anew
             )
             count += 1
         return count
@@ -687,11 +667,11 @@ class ReferenceModel:
             for job in self._live(queue)
             if job.state == "pending" and job.run_at <= now and not self._expired(job, now)
         ]
-        leases = self._live_leases(queue, now)
+        leases = live_leases(self._live(queue), now)
         earliest = (min(leases) - now).total_seconds() if leases else None
         # Q18.9: ready jobs held back by a limit are due when it lets one out (Q18.8:
         # when every ready job's key is full, its keys' earliest lease lapse).
-        by_key = self._live_by_key(queue, now)
+        by_key = live_by_key(self._live(queue), now)
         key_s = self.limits.key_wait_s(queue, [job.concurrency_key for job in ready], by_key, now)
         wait = self.limits.wait_s(queue, len(leases), earliest, now, key_s) if ready else None
         return due if wait is None else wait if due is None else min(due, wait)

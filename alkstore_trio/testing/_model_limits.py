@@ -14,7 +14,7 @@ from .._core import NO_LIMITS, QueueLimits, Throttled
 from .._core import _limits as lim
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime
 
     from .._core import Job
@@ -144,3 +144,26 @@ class ModelLimits:
         if key_lease_s is not None:
             waits.append(key_lease_s)
         return max(waits) if waits else None
+
+
+def live_by_key(jobs: Iterable[Job], now: datetime) -> dict[str, list[datetime]]:
+    """Q18.8: the deadlines of each concurrency key's unexpired leases among a queue's
+    live ``jobs`` (processing or cancelling: a cancelled handler holds its slot until it
+    stopped)."""
+    keys: dict[str, list[datetime]] = {}
+    for job in jobs:
+        expires = job.claim_expires_at
+        key = job.concurrency_key
+        if job.state in HOLDING and expires is not None and now <= expires and key is not None:
+            keys.setdefault(key, []).append(expires)
+    return keys
+
+
+def live_leases(jobs: Iterable[Job], now: datetime) -> list[datetime]:
+    """Q18.7: the deadlines of the processing and cancelling rows among a queue's live
+    ``jobs`` under unexpired leases."""
+    return [
+        job.claim_expires_at
+        for job in jobs
+        if job.state in HOLDING and job.claim_expires_at is not None and now <= job.claim_expires_at
+    ]

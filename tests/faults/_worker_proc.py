@@ -12,8 +12,16 @@ A payload may tell its handler what to do: ``<command>`` or ``<command>|<anythin
 rest is opaque: tests put sentinels there), where the command is ``sleep=<seconds>``
 (sleep that long instead of ``--sleep-s``), ``retry=<seconds>`` (on the first attempt,
 ``raise Retry(delay_s=<seconds>)``; later attempts succeed), ``raise`` (raise a
-``ValueError`` whose text is not the payload, on every attempt) or ``fail`` (``raise
-Fail``). Any other payload just sleeps ``--sleep-s``.
+``ValueError`` whose text is not the payload, on every attempt), ``fail`` (``raise
+Fail``) or ``txeffect=<table>`` (R16/Q19.6: in ``current_job().transaction()``, insert
+``(job_id, claim_token, pid)`` into the table, write a ``tx_effect`` record, sleep
+``--sleep-s``, and complete the job as the transaction's last statement; ``handler_end``'s
+outcome is then ``"completed_in_tx"`` or ``"claim_lost"``). Any other payload just
+sleeps ``--sleep-s``.
+
+``--freeze-in-tx N`` stops the whole process with SIGSTOP once ``N`` ``txeffect`` handlers
+have written their rows, their transactions open (a ``frozen_in_tx`` record says so
+first): a worker frozen inside its transactions, before their completions.
 
 ``--hold`` opens the store, then waits for SIGUSR1 before the worker runs (a ``held``
 record says it waits): a test starts such processes early, alongside others, and lets
@@ -78,7 +86,7 @@ from typing import Any, TextIO
 
 import trio
 
-from alkstore_trio import Fail, Job, Periodic, Retry, Worker, open_store
+from alkstore_trio import ClaimLost, Fail, Job, Periodic, Retry, Worker, current_job, open_store
 from alkstore_trio.testing import HistoryRecorder
 
 #: The text of the exception a ``raise`` payload's handler raises (never the payload).
@@ -208,6 +216,22 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
     else:
         logger.setLevel(logging.WARNING)
 
+    in_tx = [0]
+
+    async def tx_effect(job: Job, table: str, sleep_s: float, fields: dict[str, Any]) -> None:
+        """``txeffect=``: the effect row and the completion in one transaction."""
+        async with current_job().transaction() as tx:
+            await tx.execute(
+                f"INSERT INTO {table} (job_id, token, pid) VALUES (%s, %s, %s)",
+                [job.id, job.claim_token, os.getpid()],
+            )
+            records.write("tx_effect", **fields)
+            in_tx[0] += 1
+            if in_tx[0] == args.freeze_in_tx:
+                records.write("frozen_in_tx", n=in_tx[0])
+                os.kill(os.getpid(), signal.SIGSTOP)  # the transactions are still open
+            await trio.sleep(sleep_s)
+
     async def handler(job: Job) -> None:
         fields = {
             "id": job.id,
@@ -235,8 +259,15 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
                 raise Retry(
                     delay_s=float(command.removeprefix(b"retry=")), error="retry on purpose"
                 )
+            if command.startswith(b"txeffect="):
+                await tx_effect(job, command.removeprefix(b"txeffect=").decode(), sleep_s, fields)
+                outcome = "completed_in_tx"
+                return
             await trio.sleep(sleep_s)
             outcome = "returned"
+        except ClaimLost:
+            outcome = "claim_lost"
+            raise
         finally:
             if args.handler_records:
                 records.write("handler_end", outcome=outcome, **fields)
@@ -358,6 +389,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="NAME:QUEUE:EVERY_S[:CATCH_UP]",
         help="declare a periodic schedule (Q17); repeatable",
+    )
+    parser.add_argument(
+        "--freeze-in-tx",
+        type=int,
+        default=None,
+        help="SIGSTOP the process once N txeffect handlers wrote their rows (R16)",
     )
     parser.add_argument(
         "--freeze-in-fire",

@@ -337,6 +337,18 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
                 },
             )
         ],
+        "heartbeat_claims_progress": [
+            (
+                "items",
+                {
+                    "queue": QUEUE,
+                    "ids": data.processing_ids,
+                    "tokens": [data.processing_token] * len(data.processing_ids),
+                    "progress": ["3 of 10"] + [None] * (len(data.processing_ids) - 1),
+                    "extend_s": None,
+                },
+            )
+        ],
         "retry_claims": [
             (
                 "items",
@@ -706,6 +718,7 @@ BATCH_CLAIM_QUERIES = [
     "ack_claims",
     "fail_claims",
     "heartbeat_claims",
+    "heartbeat_claims_progress",
     "release_claims",
     "retry_claims",
 ]
@@ -887,11 +900,15 @@ def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_ord
     for columns in lists:
         assert [_bare(c) for c in columns[:width]] == want, (name, columns)
         tail = columns[width:]
+        # Q19.7: every read ends with the progress text.
         if name in READS_APART:
-            assert len(tail) == 4, (name, tail)
-            assert _bare(tail[-1]) == PAYLOAD_SIZE, (name, tail)
+            assert len(tail) == 5, (name, tail)
+            assert _bare(tail[-2]) == PAYLOAD_SIZE, (name, tail)
+            assert tail[-1] == "j.progress", (name, tail)
         elif name == "list_completed":
-            assert tail == ["j.completed_at", "j.result"], (name, tail)
+            assert tail == ["j.completed_at", "j.result", "j.progress"], (name, tail)
+        elif name in ("list_live", "list_dead"):
+            assert tail == ["NULL::timestamptz", "NULL::bytea", "j.progress"], (name, tail)
         else:
             assert tail == [], (name, tail)
     # They all take them from the one job_fields fragment (once per list).

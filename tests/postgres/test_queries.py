@@ -198,6 +198,7 @@ CONTRACT_WORDS |= {
 }  # fmt: skip
 CONTRACT_WORDS |= {"release_claims"}  # Q19.8
 CONTRACT_WORDS |= {"settle_cancelled", "cancelling_among"}  # Q19.5
+CONTRACT_WORDS |= {"heartbeat_claims_progress"}  # Q19.7
 
 
 def test_queries_statements_are_named_after_the_contract():

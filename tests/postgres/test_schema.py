@@ -238,11 +238,15 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "pg_advisory_xact_lock" in enqueue_def
     assert "pg_notify(channel, due)" in enqueue_def
     assert "Q20.4" in from_migrations["functions"][1][3]
-    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 22
-    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 21
-    # Q19.5: when a processing job's cancel was asked for, last in jobs (a live job's only).
-    *_, requested = [row for row in from_migrations["columns"] if row[0] == "jobs"]
+    assert len([row for row in from_migrations["columns"] if row[0] == "jobs"]) == 23
+    assert len([row for row in from_migrations["columns"] if row[0] == "dead_jobs"]) == 22
+    # Q19.5: when a processing job's cancel was asked for, then (Q19.7) the progress text,
+    # last in jobs; the progress is last in dead_jobs and completed_jobs too.
+    *_, requested, progress = [row for row in from_migrations["columns"] if row[0] == "jobs"]
     assert requested[1:5] == ("cancel_requested_at", "timestamp with time zone", False, None)
+    for table in ("jobs", "dead_jobs", "completed_jobs"):
+        *_, progress = [row for row in from_migrations["columns"] if row[0] == table]
+        assert progress[1:5] == ("progress", "text", False, None), (table, progress)
     assert "WHERE (state = 'cancelling'::text)" in indexes["jobs_cancelling_idx"]
     # D30: the headers, then (Q15) the unique key, (Q18.8) the concurrency key, (Q19.8)
     # the claim token and (Q19.2) the stamp keep_completed_s, last in both tables (before
@@ -261,12 +265,13 @@ async def test_schema_migrations_produce_exactly_schema_sql(admin, schemas):
     assert "(queue, purge_at)" in indexes["completed_jobs_purge_idx"]
     assert "(queue, state, id)" in indexes["completed_jobs_list_idx"]
     completed = [row[1] for row in from_migrations["columns"] if row[0] == "completed_jobs"]
-    assert completed[-5:] == [
+    assert completed[-6:] == [
         "claim_token",
         "keep_completed_s",
         "completed_at",
         "purge_at",
         "result",
+        "progress",
     ]
     # Q18.8: the per-key indexes hold keyed rows only (keyless enqueues pay nothing), and
     # `limited` counts the per-key limit.

@@ -181,6 +181,36 @@ class BookMachine(RuleBasedStateMachine):
                 assert claim.state is state  # finished, settling, lost, done: as they were
         assert len(aborted) + len(unstarted) == len(set(aborted) | set(unstarted))
 
+    # --- R16: transactional completion -----------------------------------------------------
+
+    @rule(batch=claims)
+    def begin_commit(self, batch):
+        for claim in batch:
+            before = claim.state
+            began = self.book.committing(claim)
+            assert began == (before is ClaimState.RUNNING and not claim.in_tx)
+            if began:
+                assert claim.state is ClaimState.COMMITTING
+
+    @rule(batch=claims, ok=st.booleans())
+    def end_commit(self, batch, ok):
+        for claim in batch:
+            if claim.state is not ClaimState.COMMITTING:
+                assert self.book.committed(claim, ok) is False  # not committing: no effect
+                continue
+            announced = claim.aborted_at is not None
+            lost = self.book.committed(claim, ok)
+            if ok:
+                assert claim.in_tx
+                assert claim.state is ClaimState.RUNNING
+                assert not lost
+            elif announced:
+                assert claim.state is ClaimState.ABORTING
+                assert not lost
+            else:
+                assert claim.state is ClaimState.LOST
+                assert lost
+
     # --- heartbeats ----------------------------------------------------------------------
 
     @rule(batch=claims, accepted=st.booleans())
@@ -192,7 +222,11 @@ class BookMachine(RuleBasedStateMachine):
                     deadline = self.book.renewed(claim, self.now)
                     assert deadline is None or deadline == self.now + VT_S
                 else:
-                    self.book.refused(claim)
+                    committing = claim.state is ClaimState.COMMITTING
+                    news = self.book.refused(claim)
+                    if committing:  # R16: held until the commit answers
+                        assert not news
+                        assert claim.state is ClaimState.COMMITTING
 
     # --- outcome statements --------------------------------------------------------------
 
@@ -259,11 +293,21 @@ class BookMachine(RuleBasedStateMachine):
     @invariant()
     def r15_once_announced_the_outcome_is_cancelled(self):
         for claim in self.book.claims:
+            if claim.in_tx or claim.state is ClaimState.COMMITTING:
+                continue  # R16: the commit decides (completed, or aborting)
             if claim.aborted_at is not None and claim.state is not ClaimState.ABORTING:
                 assert claim.state in (ClaimState.FINISHED, ClaimState.SETTLING)
                 assert claim.outcome is CANCELLED
             if claim.state is ClaimState.ABORTING:
                 assert claim not in self.book.renewable([claim]).get(claim.queue, [])
+
+    @invariant()
+    def r16_a_claim_completed_in_its_transaction_is_never_sent_or_renewed(self):
+        for claim in self.book.claims:
+            if claim.in_tx:
+                assert claim not in self.book.renewable([claim]).get(claim.queue, [])
+                assert claim.state is not ClaimState.SETTLING
+                assert claim.outcome is None or claim.state is ClaimState.FINISHED
 
     @invariant()
     def a_stopping_book_claims_nothing(self):

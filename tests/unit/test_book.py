@@ -440,3 +440,67 @@ def test_r15_abortable_lists_the_claims_whose_handlers_run_or_have_yet_to_start(
     (done,) = claim_and_start(b, 1, "b")
     b.finished(done, ACK)
     assert b.abortable() == {"a": running, "b": waiting}
+
+
+# --- R16: transactional completion ------------------------------------------------------
+
+
+def test_r16_a_committed_transaction_completes_the_claim_and_nothing_is_sent():
+    b = book()
+    (claim,) = claim_and_start(b)
+    assert b.committing(claim)
+    assert claim.state is ClaimState.COMMITTING
+    assert b.committed(claim, True) is False
+    assert claim.in_tx
+    assert claim.state is ClaimState.RUNNING
+    assert b.renewable([claim]) == {}  # gone from the store: nothing to renew
+    assert b.refused(claim) is False  # and a late refusal is no news
+    assert finish(b, claim, Outcome("retry", "raised after the commit")) is Verdict.DISCARD
+    assert b.settle_groups([claim]) == {}
+    assert (b.counts["acked"], b.counts["completed_in_tx"], b.counts["lease_lost"]) == (1, 1, 0)
+    assert not b.claims
+
+
+def test_r16_a_refusal_during_the_commit_waits_for_its_outcome():
+    b = book()
+    committed, refused = claim_and_start(b, 2)
+    for claim in (committed, refused):
+        assert b.committing(claim)
+        assert b.refused(claim) is False  # held: the heartbeat waited on the row lock
+        assert claim.state is ClaimState.COMMITTING
+        assert claim in b.renewable([claim])["a"]  # its lease still matters meanwhile
+    assert b.committed(committed, True) is False
+    assert committed.in_tx
+    assert b.counts["lease_lost"] == 0
+    assert b.committed(refused, False) is True  # rolled back: the claim is lost now
+    assert refused.state is ClaimState.LOST
+    assert b.counts["lease_lost"] == 1
+    assert finish(b, refused, Outcome("lost")) is Verdict.DISCARD
+
+
+def test_r16_only_a_running_claim_may_commit_and_only_once():
+    b = book()
+    (claim,) = claim_and_start(b)
+    b.refused(claim)  # lost before the block ended
+    assert b.committing(claim) is False
+    (claim,) = claim_and_start(b)
+    assert b.committing(claim)
+    assert b.committed(claim, True) is False
+    assert b.committing(claim) is False  # completed already
+    assert b.committed(claim, True) is False  # not committing: no effect
+
+
+def test_r16_a_cancel_announced_during_the_commit_is_settled_by_its_outcome():
+    b = book()
+    won, lost = claim_and_start(b, 2)
+    for claim in (won, lost):
+        assert b.committing(claim)
+    aborted, unstarted = b.cancel_requested([won.handle.job.id, lost.handle.job.id], 2.0)
+    assert (aborted, unstarted) == ([], [])  # the commit is not interrupted
+    b.committed(won, True)  # the completion won: the job completed, not cancelled
+    assert finish(b, won) is Verdict.DISCARD
+    assert b.counts["completed_in_tx"] == 1
+    b.committed(lost, False)  # refused (the row is cancelling): settle it as cancelled
+    assert lost.state is ClaimState.ABORTING
+    assert finish(b, lost, None) is Verdict.SEND
+    assert lost.outcome is CANCELLED

@@ -24,7 +24,7 @@ import trio
 
 from ..._core._reschedule import RescheduleSpec, due_in_s, spec_due_in_s
 from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
-from ..._errors import EngineError, HandleConsumed, InvalidArgument, StoreClosed
+from ..._errors import ClaimLost, EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._wake import WakeHub, WakeListener
 from ._periodic import PeriodicRows
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
-    from .._protocol import Claim, Completion, FailItem, RetryItem, SqlParams
+    from .._protocol import Claim, Completion, FailItem, ProgressItem, RetryItem, SqlParams
     from ._table import UniqueKey
 
 T = TypeVar("T")
@@ -215,6 +215,13 @@ class MemoryEngine:
         self, queue: str, claims: Sequence[Claim], extend_s: float | None
     ) -> list[int]:
         return await self._call(lambda table, now: table.heartbeat(queue, claims, extend_s, now))
+
+    async def heartbeat_progress(
+        self, queue: str, items: Sequence[ProgressItem], extend_s: float | None
+    ) -> list[int]:
+        return await self._call(
+            lambda table, now: table.heartbeat_progress(queue, items, extend_s, now)
+        )
 
     async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
         def run(table: JobTable, now: datetime) -> list[int]:
@@ -451,6 +458,8 @@ class MemoryTransaction:
     def __init__(self, backend: MemoryEngine) -> None:
         self._backend = backend
         self._rows: list[tuple[int, EnqueueSpec]] = []
+        #: Q19.6: the completions to apply at the commit, per queue.
+        self._completions: list[tuple[str, list[Completion]]] = []
         self._finished = False
         # Q15: the unique keys this transaction holds until it ends, who waits for it,
         # and whom it waits for (to find a cycle of waits: a deadlock).
@@ -502,18 +511,43 @@ class MemoryTransaction:
             "the in-memory engine runs no SQL: tx.execute() and tx.fetch() need a PostgreSQL store"
         )
 
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        """Q19.6: the claims valid now; their completion is applied at the commit, in
+        the same actor request as the buffered rows (one clock read). A claim lost in
+        between (the caller awaited something after ``complete``) fails the commit with
+        ``ClaimLost``: nothing is inserted."""
+        if self._finished:
+            raise HandleConsumed("this transaction already ended; open a new one")
+
+        def run(table: JobTable, now: datetime) -> list[int]:
+            return [
+                i.job_id for i in items if table._valid(queue, i.job_id, i.token, now) is not None
+            ]
+
+        done = await self._backend._call(run)
+        if done:
+            self._completions.append((queue, [i for i in items if i.job_id in done]))
+        return done
+
     async def _commit(self) -> None:
         if self._finished:
             raise HandleConsumed("this transaction already ended")
         self._finished = True
-        rows = self._rows
+        rows, completions = self._rows, self._completions
         try:
-            if not rows:
+            if not rows and not completions:
                 await trio.lowlevel.checkpoint()
                 return
             backend = self._backend
 
             def run(table: JobTable, now: datetime) -> None:
+                for queue, items in completions:  # Q19.6: all or nothing, then the rows
+                    if not all(
+                        table._valid(queue, i.job_id, i.token, now) is not None for i in items
+                    ):
+                        raise ClaimLost(f"queue {queue!r}: a claim was lost before the commit")
+                for queue, items in completions:
+                    backend._freed(table, queue, len(table.complete(queue, items, now)))
                 table.insert(rows, now)
                 _publish_specs(backend.wakes, [spec for _, spec in rows], now)
 

@@ -358,15 +358,24 @@ class JobTable:
     def heartbeat(
         self, queue: str, claims: Iterable[Claim], extend_s: float | None, now: datetime
     ) -> list[int]:
-        """Q4/Q13: renew each (job id, claim token) whose claim is valid (Q4's V) in this
-        queue, in one transition (an absolute reset); the ids renewed, in the order
-        given."""
+        """Q4/Q13: renew each valid (job id, claim token) of this queue, in one transition
+        (an absolute reset); the ids renewed, in the order given."""
+        return self.heartbeat_progress(queue, [(*claim, None) for claim in claims], extend_s, now)
+
+    def heartbeat_progress(
+        self, queue: str, items: Iterable[tuple[int, int, str | None]], extend_s: float | None,
+        now: datetime,
+    ) -> list[int]:  # fmt: skip
+        """Q19.7: :meth:`heartbeat` with each item's progress (``None``: no news)."""
         self._observe(now)
         renewed: list[int] = []
-        for job_id, token in dict.fromkeys(claims):
+        distinct: dict[tuple[int, int], str | None] = {}
+        for job_id, token, progress in items:
+            distinct.setdefault((job_id, token), progress)  # a claim's first item
+        for (job_id, token), progress in distinct.items():
             job = self._valid(queue, job_id, token, now)
             if job is not None:
-                self._set_live(t.heartbeaten(job, now, extend_s), now)
+                self._set_live(t.heartbeaten(job, now, extend_s, progress), now)
                 renewed.append(job_id)
         return renewed
 

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
-    from .._protocol import Claim, FailItem, RetryItem, SqlParams
+    from .._protocol import Claim, FailItem, ProgressItem, RetryItem, SqlParams
     from ._pool import Pool
 
 logger = logging.getLogger("alkstore_trio.postgres")
@@ -281,6 +281,18 @@ class PostgresEngine:
         params = {**_claim_params(queue, claims), "extend_s": extend_s}
         return [row[0] for row in await self._run("heartbeat_claims", params)]
 
+    async def heartbeat_progress(
+        self, queue: str, items: Sequence[ProgressItem], extend_s: float | None
+    ) -> list[int]:
+        params: dict[str, object] = {
+            "queue": queue,
+            "ids": [item.job_id for item in items],
+            "tokens": [item.token for item in items],
+            "progress": [item.progress for item in items],
+            "extend_s": extend_s,
+        }
+        return [row[0] for row in await self._run("heartbeat_claims_progress", params)]
+
     async def ack(self, queue: str, claims: Sequence[Claim]) -> list[int]:
         if len(claims) == 1:
             ((job_id, token),) = claims
@@ -482,10 +494,9 @@ class PostgresEngine:
             rows = await self._run("list_dead", params)
         elif state in ("completed", "cancelled"):
             rows = await self._run("list_completed", {**params, "state": state})
-            return [_rows.kept_job(row) for row in rows]
         else:
             rows = await self._run("list_live", {**params, "state": state})
-        return [_job(row) for row in rows]
+        return [_rows.kept_job(row) for row in rows]
 
     async def stats(self, queue: str | None) -> StoreStats:
         rows = await self._run("stats", {"queue": queue})
@@ -768,3 +779,18 @@ class PostgresTransaction:
             return await self._conn.execute(sql, params)
         except psycopg.Error as exc:
             raise _engine_error(exc) from exc
+
+    async def complete(self, queue: str, items: Sequence[Completion]) -> list[int]:
+        """Q19.6: ``complete_claims`` on the transaction's connection (the row locks it
+        takes are held to the commit); a limited queue's freed slots wake it at commit."""
+        backend = self._backend
+        try:
+            params = _completion_params(queue, items)
+            done = [
+                row[0] for row in await self._conn.execute(backend._q["complete_claims"], params)
+            ]
+            if done and queue in backend._limited:
+                await self._conn.execute(backend._q["wake"], {"channel": backend._channel(queue)})
+        except psycopg.Error as exc:
+            raise _engine_error(exc) from exc
+        return done

@@ -43,7 +43,7 @@ async def read_job(
     Q19.1, a kept row's result) read in slices by ``slice_queries`` (``payload_slice``,
     ``result_slice``) when the row came without it; ``execute`` runs one statement with
     binary results. The row: the job fields, ``completed_at``, the result (or ``None``),
-    the result's size, the payload's size."""
+    the result's size, the payload's size, the progress text (Q19.7)."""
     rows = await execute(query, {**params, "inline_max": PAYLOAD_SLICE_BYTES})
     if not rows:
         return None
@@ -58,7 +58,7 @@ async def read_job(
             return None  # purged between the row and this slice
     if payload is None:
         return None
-    return _kept_job((*row[:2], payload, *row[3:23], result))
+    return _kept_job((*row[:2], payload, *row[3:23], result, row[26]))
 
 
 async def _in_slices(execute: Execute, slice_query: str, job_id: int, size: int) -> bytes | None:

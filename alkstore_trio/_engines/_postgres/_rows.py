@@ -51,15 +51,16 @@ def job(row: Sequence[Any]) -> Job:
 
 def kept_job(row: Sequence[Any]) -> Job:
     """Q19.2: a row of the job fields followed by ``completed_at`` and the result (a
-    kept row's; ``None`` for other rows)."""
+    kept row's; ``None`` for other rows), then (Q19.7) the progress text."""
     base = job(row)
-    completed_at, result = row[22], row[23]
-    if completed_at is None and result is None:
+    completed_at, result, progress = row[22], row[23], row[24]
+    if completed_at is None and result is None and progress is None:
         return base
     return replace(
         base,
         completed_at=utc_or_none(completed_at),
         result=None if result is None else bytes(result),
+        progress=progress,
     )
 
 

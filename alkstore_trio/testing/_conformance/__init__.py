@@ -259,6 +259,18 @@ from .q19_5_cancel import (
     q19_5_cancel_makes_a_processing_row_cancelling_and_refuses_its_holder,
     q19_5_settle_cancelled_finalizes_its_holders_claim_and_frees_the_key,
 )
+from .q19_6_tx_complete import (
+    q19_6_a_rolled_back_completion_leaves_the_claim,
+    q19_6_a_stale_claim_raises_claim_lost_and_nothing_commits,
+    q19_6_bad_complete_arguments_raise_without_effect,
+    q19_6_complete_commits_with_the_transactions_enqueues,
+)
+from .q19_7_progress import (
+    q19_7_a_heartbeat_carries_progress_that_get_job_shows,
+    q19_7_a_refused_heartbeat_stores_no_progress,
+    q19_7_progress_is_kept_into_history_and_dead_rows,
+    q19_7_progress_is_validated_without_effect,
+)
 from .q19_8_tokens import (
     q19_8_a_redriven_job_refuses_its_old_holders,
     q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
@@ -458,6 +470,16 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q19_2_list_jobs_rejects_unknown_states,
     q19_3_sweeps_purge_kept_rows_after_their_time,
     q19_3_a_purge_larger_than_one_batch_completes,
+    # Q19.6: transactional completion.
+    q19_6_complete_commits_with_the_transactions_enqueues,
+    q19_6_a_stale_claim_raises_claim_lost_and_nothing_commits,
+    q19_6_a_rolled_back_completion_leaves_the_claim,
+    q19_6_bad_complete_arguments_raise_without_effect,
+    # Q19.7: progress.
+    q19_7_a_heartbeat_carries_progress_that_get_job_shows,
+    q19_7_progress_is_kept_into_history_and_dead_rows,
+    q19_7_a_refused_heartbeat_stores_no_progress,
+    q19_7_progress_is_validated_without_effect,
     # Q19.8: claim tokens and release.
     q19_8_every_claim_of_a_job_gets_a_new_token,
     q19_8_v_refuses_a_token_that_is_not_the_claims,

@@ -68,6 +68,7 @@ _JOB_FIELDS: Final = (
     "keep_completed_s",  # Q19.2
     "completed_at",
     "result",  # Q19.1
+    "progress",  # Q19.7
 )
 
 Check = Callable[["EngineHarness"], "Awaitable[None]"]

@@ -279,7 +279,8 @@ def _draw_handle_step(draw: st.DrawFn, kind: _StepKind, live: list[str]) -> _Ste
         return Fail(handle, error=draw(_ERRORS))
     if kind == "release":
         return Release(handle, error=draw(_ERRORS))
-    return Heartbeat(handle, extend_s=draw(_EXTENDS))
+    progress = draw(st.sampled_from((None, None, "", "1 of 3", "é" * 1024)))
+    return Heartbeat(handle, extend_s=draw(_EXTENDS), progress=progress)
 
 
 def _draw_row_step(draw: st.DrawFn, run: _Run, kind: _StepKind, queue: str) -> _Step:

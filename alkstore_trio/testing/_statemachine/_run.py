@@ -539,8 +539,11 @@ class _Run:
 
     async def _heartbeat(self, step: Heartbeat, now: datetime) -> _Outcome:
         job = self.slots[step.handle].handle.job
-        got = await self.slots[step.handle].handle.heartbeat(step.extend_s)
-        want = self.model.heartbeat(job.queue, job.id, _token(job), step.extend_s, now=now)
+        handle = self.slots[step.handle].handle
+        got = await handle.heartbeat(step.extend_s, progress=step.progress)
+        want = self.model.heartbeat(
+            job.queue, job.id, _token(job), step.extend_s, now=now, progress=step.progress
+        )
         _agree(f"{step}: result", got, want)
         return got
 

@@ -86,10 +86,11 @@ class Claim(_Step):
 
 @dataclass(frozen=True, repr=False)
 class Heartbeat(_Step):
-    """``handle.heartbeat(extend_s)``."""
+    """``handle.heartbeat(extend_s, progress=progress)`` (Q19.7: ``None``: no news)."""
 
     handle: str
     extend_s: float | None = None
+    progress: str | None = None
 
 
 @dataclass(frozen=True, repr=False)

@@ -86,13 +86,13 @@ INSERT INTO @schema@.dead_jobs (
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
     claim_expires_at, last_error, died_at, headers, unique_key, concurrency_key, claim_token,
-    keep_completed_s
+    keep_completed_s, progress
 )
 SELECT
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
     claim_expires_at, {last_error}, @schema@.alk_now(), headers, unique_key, concurrency_key,
-    claim_token, keep_completed_s
+    claim_token, keep_completed_s, progress
 FROM {moved}
 RETURNING id
 
@@ -106,7 +106,7 @@ INSERT INTO @schema@.completed_jobs (
     id, queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
     visibility_timeout_s, backoff_base_s, expires_at, claimed_by, claimed_at,
     claim_expires_at, last_error, headers, unique_key, concurrency_key, claim_token,
-    keep_completed_s, completed_at, purge_at, result
+    keep_completed_s, completed_at, purge_at, result, progress
 )
 SELECT
     id, queue, payload, priority, {state}, attempts, max_attempts, run_at, enqueued_at,
@@ -115,7 +115,7 @@ SELECT
     keep_completed_s,
     @schema@.alk_now(),
     @schema@.alk_now() + keep_completed_s * interval '1 second',
-    {result}
+    {result}, progress
 FROM {moved}
 WHERE keep_completed_s IS NOT NULL
 RETURNING id
@@ -425,6 +425,26 @@ UPDATE @schema@.jobs AS j SET
     claim_expires_at = @schema@.alk_now()
         + coalesce(%(extend_s)s::float8, j.visibility_timeout_s) * interval '1 second'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+WHERE j.id = c.id AND j.queue = %(queue)s::text
+    AND (j.state = 'processing' AND j.claim_token = c.token
+        AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
+RETURNING j.id;
+
+-- name: heartbeat_claims_progress
+-- Q19.7: heartbeat_claims, and each renewed row takes its item's progress text (NULL:
+-- no news, the row keeps its own; a claim listed twice: its first item). The worker
+-- sends it instead of heartbeat_claims only when some claim of the batch has news, so
+-- the plain heartbeat stays as it was.
+UPDATE @schema@.jobs AS j SET
+    claim_expires_at = @schema@.alk_now()
+        + coalesce(%(extend_s)s::float8, j.visibility_timeout_s) * interval '1 second',
+    progress = coalesce(c.progress, j.progress)
+FROM (
+    SELECT DISTINCT ON (p.id, p.token) p.id, p.token, p.progress
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::text[])
+        WITH ORDINALITY AS p (id, token, progress, ord)
+    ORDER BY p.id, p.token, p.ord
+) AS c
 WHERE j.id = c.id AND j.queue = %(queue)s::text
     AND (j.state = 'processing' AND j.claim_token = c.token
         AND j.claim_expires_at >= @schema@.alk_now()) IS TRUE
@@ -836,8 +856,9 @@ CASE WHEN pg_catalog.octet_length(j.result) <= %(inline_max)s::integer THEN j.re
 
 -- fragment: read_tail(completed_at = NULL::timestamptz, result = NULL::bytea, result_size = NULL::integer)
 -- Q8/Q19.2: the columns a read of one job adds after job_fields: completed_at, the
--- result (inline or NULL, as inline_payload) and its size, then the payload's size.
-{completed_at}, {result}, {result_size}, pg_catalog.octet_length(j.payload)
+-- result (inline or NULL, as inline_payload) and its size, then the payload's size,
+-- then (Q19.7) the progress text.
+{completed_at}, {result}, {result_size}, pg_catalog.octet_length(j.payload), j.progress
 
 -- name: get_job
 -- Q8: this queue's row, live, dead or kept (Q19.2) (a large payload or result apart:
@@ -1092,7 +1113,8 @@ FROM @schema@.completed_jobs AS j WHERE id = %(id)s::bigint;
 -- D26: a page of this queue's live rows in one state, by id (a primary-key walk that
 -- stops after limit rows).
 SELECT
-    {job_fields(state = j.state, died_at = NULL::timestamptz)}
+    {job_fields(state = j.state, died_at = NULL::timestamptz)},
+    NULL::timestamptz, NULL::bytea, j.progress
 FROM @schema@.jobs AS j
 WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s::bigint
 ORDER BY id
@@ -1101,7 +1123,8 @@ LIMIT %(limit)s::bigint;
 -- name: list_dead
 -- D26: a page of this queue's dead rows, by id.
 SELECT
-    {job_fields(state = 'dead', died_at = j.died_at)}
+    {job_fields(state = 'dead', died_at = j.died_at)},
+    NULL::timestamptz, NULL::bytea, j.progress
 FROM @schema@.dead_jobs AS j
 WHERE queue = %(queue)s::text AND id > %(after_id)s::bigint
 ORDER BY id
@@ -1112,7 +1135,7 @@ LIMIT %(limit)s::bigint;
 -- 'cancelled'), by id (the list index), with completed_at and the result.
 SELECT
     {job_fields(state = j.state, died_at = NULL::timestamptz)},
-    j.completed_at, j.result
+    j.completed_at, j.result, j.progress
 FROM @schema@.completed_jobs AS j
 WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s::bigint
 ORDER BY id

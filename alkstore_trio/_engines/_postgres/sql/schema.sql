@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 11). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 13). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -55,6 +55,8 @@ CREATE TABLE @schema@.jobs (
     keep_completed_s double precision,
     -- Q19.5: when cancel was first called while the job was processing; NULL otherwise.
     cancel_requested_at timestamptz,
+    -- Q19.7: the last progress text a heartbeat carried; NULL until one was reported.
+    progress text,
     CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'processing', 'cancelling')),
     -- Version 8 workers claim without a token: refused by this name (migrate.md).
     CONSTRAINT jobs_claim_needs_v9_workers
@@ -106,7 +108,8 @@ CREATE TABLE @schema@.dead_jobs (
     unique_key text,
     concurrency_key text,
     claim_token bigint,
-    keep_completed_s double precision
+    keep_completed_s double precision,
+    progress text
 );
 
 -- Retention purges the oldest dead rows of one queue.
@@ -141,7 +144,8 @@ CREATE TABLE @schema@.completed_jobs (
     keep_completed_s double precision NOT NULL,
     completed_at timestamptz NOT NULL,
     purge_at timestamptz NOT NULL,
-    result bytea
+    result bytea,
+    progress text
 );
 -- Q19.3: sweeps purge one queue's oldest kept rows in batches.
 CREATE INDEX completed_jobs_purge_idx ON @schema@.completed_jobs (queue, purge_at);
@@ -510,4 +514,4 @@ COMMENT ON FUNCTION @schema@.enqueue(
     double precision, double precision, jsonb, text, double precision, text
 ) IS 'alkstore_trio Q20.4: enqueue one job in the caller''s transaction; see docs/reference/sql-schema.md';
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (12);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (13);
