@@ -61,3 +61,13 @@ class EngineError(AlkstoreError):
     the operation may or may not have taken effect; every operation is safe to repeat,
     because job handle operations are fenced by the claim token.
     """
+
+
+class JobGone(AlkstoreError, LookupError):
+    """Raised by :meth:`Queue.wait` (Q19.4) when the queue has no row with the job's id:
+    it never existed, or it finished and was not kept, or it was purged.
+
+    It is also a :class:`LookupError`, the builtin a caller would expect of a missing key.
+    The message names the job, the queue and the retention setting that decides whether
+    a finished job stays readable (``QueueOpts(keep_completed_s=...)``).
+    """

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from ._protocol import Claim, Completion, Engine, EngineTransaction, FailItem, RetryItem
-    from ._wake import WakeListener
+    from ._wake import DoneListener, WakeListener
 
 
 class ForwardingEngine:
@@ -66,6 +66,11 @@ class ForwardingEngine:
         self, queues: frozenset[str]
     ) -> AbstractAsyncContextManager[WakeListener]:
         return self.inner.open_wake_listener(queues)
+
+    def open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AbstractAsyncContextManager[DoneListener]:
+        return self.inner.open_done_listener(queue, job_ids)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

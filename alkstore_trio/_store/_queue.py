@@ -22,6 +22,7 @@ from ._handle import (
     retry_item,
 )
 from ._results import ack_items, checked_results
+from ._wait import POLL_INTERVAL_S, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -668,6 +669,16 @@ class Queue:
         self._store._check_open()
         checked = v.check_job_id(job_id)
         return await self._engine.get_job(checked, self._name)
+
+    async def wait(self, job_id: int, *, poll_interval_s: float = POLL_INTERVAL_S) -> Job:
+        """Wait until this queue's job is final, and return it (Q19.4): ``"completed"``
+        (with its ``result``) or ``"cancelled"``, both kept jobs only, or ``"dead"`` (with
+        its ``last_error``). Woken when the job finishes; it also reads the job every
+        ``poll_interval_s`` seconds (> 0). A pure read: bound it with
+        ``trio.fail_after(...)``, cancel it at any point. Raises :class:`JobGone` when the
+        queue has no such job (never enqueued, not kept, or purged), ``InvalidArgument``
+        for a bad argument, ``StoreClosed`` when the store closes."""
+        return await wait_for(self, job_id, poll_interval_s)
 
     async def list_jobs(
         self, state: JobState, *, limit: int = 100, after_id: int | None = None

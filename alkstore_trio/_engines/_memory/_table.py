@@ -144,6 +144,7 @@ class JobTable:
         self._keys: dict[UniqueKey, int] = {}
         self._windows: dict[UniqueKey, tuple[datetime, int]] = {}
         self._held: dict[UniqueKey, tuple[object, int]] = {}
+        self._done: list[tuple[str, int]] = []  # Q19.4: rows finalized, see take_done
 
     # -- reading -----------------------------------------------------------------------
 
@@ -631,9 +632,15 @@ class JobTable:
         else:
             heapq.heappush(index.delayed, (job.run_at, job.id, gen))
 
+    def take_done(self) -> list[tuple[str, int]]:
+        """Q19.4: the (queue, id) of the rows finalized since the previous call."""
+        done, self._done = self._done, []
+        return done
+
     def _drop_live(self, job_id: int) -> None:
         job = self._live.pop(job_id)
         del self._gen[job_id]
+        self._done.append((job.queue, job_id))
         if job.unique_key is not None:
             # Q15: the key frees when its job leaves the live rows.
             self._keys.pop((job.queue, job.unique_key), None)

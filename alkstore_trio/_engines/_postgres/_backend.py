@@ -37,7 +37,7 @@ from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._protocol import Completion
-from .._wake import WakeHub, WakeListener
+from .._wake import DoneListener, WakeHub, WakeListener
 from . import (
     _driver,
     _enqueue,
@@ -161,6 +161,9 @@ class PostgresEngine:
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
+        self._done_channels: dict[str, str] = {}  # Q19.4: done channel -> queue
+        #: Q19.4: the statements that announce jobs done (they take ``done_channel``).
+        self._announcing = frozenset(k for k, q in self._q.items() if "%(done_channel)s" in q)
         self._listening: set[str] = set()
         self._listen_changed = False
         self._listen_wait: trio.CancelScope | None = None
@@ -183,7 +186,14 @@ class PostgresEngine:
         self._channels.setdefault(channel, queue)
         return channel
 
+    def _done_channel(self, queue: str) -> str:
+        channel = _sql.done_channel(self._schema, queue)
+        self._done_channels.setdefault(channel, queue)
+        return channel
+
     async def _run(self, name: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        if name in self._announcing:  # Q19.4
+            params["done_channel"] = self._done_channel(str(params["queue"]))
         return await self._execute(self._q[name], params)
 
     async def _execute_binary(self, query: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
@@ -254,6 +264,7 @@ class PostgresEngine:
         """Q18.7-Q18.9: a claim (after acks: ``ack_name``, or Q19.1's
         ``complete_claims``) of a limited queue, in a transaction."""
         params["channel"] = self._channel(queue)
+        params["done_channel"] = self._done_channel(queue)  # Q19.4: complete_claims
         async with self._transaction_conn() as conn:
             acked, jobs, limited = await _limited.claim(
                 conn, self._q, self._limit_barrier, queue, claims, params, _job, ack_name
@@ -657,6 +668,25 @@ class PostgresEngine:
                 await self._wait_listening(channels)
             yield listener
 
+    def open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AbstractAsyncContextManager[DoneListener]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self._open_done_listener(queue, job_ids)
+
+    @asynccontextmanager
+    async def _open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AsyncIterator[DoneListener]:
+        """Q19.4: the LISTEN session also listens on the queue's done channel from now
+        on (before the waiter's first read); poll-only mode listens on nothing."""
+        channel = self._done_channel(queue)
+        async with self.wakes.open_done_listener(queue, job_ids) as listener:
+            if self._listen:
+                await self._wait_listening({channel})
+            yield listener
+
     async def aclose(self) -> None:
         self.close()
         await trio.lowlevel.checkpoint()
@@ -719,6 +749,7 @@ class PostgresEngine:
         while not self._closed:
             self._listen_changed = False
             wanted = {self._channel(queue) for queue in self.wakes.subscribed_queues()}
+            wanted |= {self._done_channel(q) for q in self.wakes.subscribed_done_queues()}
             new = wanted - self._listening
             if new:
                 await conn.listen(sorted(new))
@@ -739,7 +770,7 @@ class PostgresEngine:
 
     def _publish_notes(self, notes: list[_driver.Notify]) -> None:
         """Hand the notifications to the wake hub (:func:`._notes.publish`)."""
-        _notes.publish(self.wakes, self._channels, notes)
+        _notes.publish(self.wakes, self._channels, notes, self._done_channels)
 
     def _poke_listener(self) -> None:
         """Make the listener task look at its channels again (or notice the close)."""
