@@ -5,6 +5,7 @@ row, and is a pure read that trio cancellation ends at any point."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -115,7 +116,7 @@ async def q19_4_wait_is_woken_by_every_operation_that_finalizes(
         ]
         for what, state, act in cases:
             job_id, handle = await claimed()
-            job = await _wait_while(queue, job_id, lambda a=act, j=job_id, h=handle: a(j, h), what)
+            job = await _wait_while(queue, job_id, functools.partial(act, job_id, handle), what)
             assert job.state == state, f"{what}: wait returned state {job.state!r}, not {state}"
             if state == "completed" and what != "ack_batch":
                 assert job.result == b"r", f"{what}: wait returned result {job.result!r}"
@@ -150,7 +151,8 @@ async def q19_4_wait_raises_job_gone_naming_keep_completed_s(harness: EngineHarn
         ]:
             with trio.fail_after(WAKE_TIMEOUT_S):
                 exc = await _raises(JobGone, what, queue.wait, job_id)
-            assert isinstance(exc, LookupError) and isinstance(exc, AlkstoreError), type(exc)
+            assert isinstance(exc, LookupError), f"{what}: JobGone is not a LookupError"
+            assert isinstance(exc, AlkstoreError), f"{what}: JobGone is not an AlkstoreError"
             _assert_mentions(exc, what, str(job_id), repr(queue.name), "keep_completed_s")
         _assert_mentions(
             await _raises(JobGone, "purged", kept.wait, purged), "purged", "keep_completed_s=10"
