@@ -208,7 +208,7 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
     else:
         logger.setLevel(logging.WARNING)
 
-    async def handler(job: Job) -> None:
+    async def handler(job: Job) -> bytes | None:
         fields = {
             "id": job.id,
             "attempt": job.attempts,
@@ -237,6 +237,8 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
                 )
             await trio.sleep(sleep_s)
             outcome = "returned"
+            # Q19.4's fault test: a kept job's result says which job and attempt it was.
+            return b"result of %d" % job.id if job.keep_completed_s is not None else None
         finally:
             if args.handler_records:
                 records.write("handler_end", outcome=outcome, **fields)
