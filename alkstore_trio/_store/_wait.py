@@ -25,6 +25,9 @@ logger = logging.getLogger("alkstore_trio.wait")
 
 #: Q19.4: the default seconds between two reads of a job nobody announced done.
 POLL_INTERVAL_S: Final = 5.0
+#: Q19.4: the first delay before a read that failed (``EngineError``) is tried again; it
+#: doubles after each failure, up to the poll interval.
+RETRY_FIRST_S: Final = 0.1
 
 
 async def wait_for(queue: Queue, job_id: int, poll_interval_s: float) -> Job:
@@ -34,28 +37,32 @@ async def wait_for(queue: Queue, job_id: int, poll_interval_s: float) -> Job:
     interval = v.check_duration("poll_interval_s", poll_interval_s, min_s=0, min_inclusive=False)
     engine = queue._store._engine
     async with engine.open_done_listener(queue.name, frozenset({checked})) as done:
-        first = True
+        first, failures = True, 0
         while True:
             try:
                 job = await engine.get_job(checked, queue.name)
             except EngineError as exc:
                 # The first read's error is the caller's to see (a misconfigured store
                 # should not hang); a later one is most likely the database restarting
-                # under a long wait: read again at the next wake or poll.
+                # under a long wait: read again soon, backing off up to the interval.
                 if first:
                     raise
+                failures += 1
+                retry_s = min(interval, RETRY_FIRST_S * 2 ** min(failures - 1, 32))
                 logger.warning(
-                    "wait for job %d of queue %r: read failed (%s); reading again",
+                    "wait for job %d of queue %r: read failed (%s); reading again in %.1f s",
                     checked,
                     queue.name,
                     type(exc.__cause__ or exc).__name__,
+                    retry_s,
                 )
-            else:
-                if job is None:
-                    raise JobGone(_gone_message(queue, checked))
-                if job.state in FINAL_STATES:
-                    return job
-            first = False
+                await done.wait(retry_s)
+                continue
+            if job is None:
+                raise JobGone(_gone_message(queue, checked))
+            if job.state in FINAL_STATES:
+                return job
+            first, failures = False, 0
             await done.wait(interval)
 
 
