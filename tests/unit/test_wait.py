@@ -60,7 +60,8 @@ async def test_q19_4_a_failed_later_read_is_tried_again_soon(caplog):
                 assert await handle.ack(result=b"done")
         assert (got[0].state, got[0].result) == ("completed", b"done")
         # The ack's announcement woke it; two failed reads, then 0.1 s and 0.2 s later.
-        first_retry, second_retry = (b - a for a, b in zip(engine.reads[1:], engine.reads[2:]))
+        _, woken, retried, read = engine.reads
+        first_retry, second_retry = retried - woken, read - retried
         assert 0.1 <= first_retry < 1.0
         assert 0.2 <= second_retry < 2.0
     assert sum("read failed (EngineError); reading again" in r.message for r in caplog.records) == 2
