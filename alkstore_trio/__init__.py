@@ -47,6 +47,7 @@ from ._errors import ClaimLost as ClaimLost
 from ._errors import EngineError as EngineError
 from ._errors import HandleConsumed as HandleConsumed
 from ._errors import InvalidArgument as InvalidArgument
+from ._errors import JobGone as JobGone
 from ._errors import SchemaError as SchemaError
 from ._errors import StoreClosed as StoreClosed
 from ._open import open_store as open_store

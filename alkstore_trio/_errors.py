@@ -70,3 +70,13 @@ class ClaimLost(AlkstoreError):
     rolls back whole: none of its effects land. Let it propagate from the handler (the
     worker then sends nothing for the claim: whoever holds the job now finishes it).
     """
+
+
+class JobGone(AlkstoreError, LookupError):
+    """Raised by :meth:`Queue.wait` (Q19.4) when the queue has no row with the job's id:
+    it never existed, or it finished and was not kept, or it was purged.
+
+    It is also a :class:`LookupError`, the builtin a caller would expect of a missing key.
+    The message names the job, the queue and the retention setting that decides whether
+    a finished job stays readable (``QueueOpts(keep_completed_s=...)``).
+    """

@@ -44,6 +44,7 @@ from ._engines._protocol import ProgressItem as ProgressItem
 from ._engines._protocol import RetryItem as RetryItem
 from ._engines._protocol import SqlParams as SqlParams
 from ._engines._protocol import WorkPath as WorkPath
+from ._engines._wake import DoneListener as DoneListener
 from ._engines._wake import WakeHub as WakeHub
 
 if _TYPE_CHECKING:

@@ -74,10 +74,14 @@ def add_command(
 
 @asynccontextmanager
 async def operator_store(
-    args: argparse.Namespace, *, max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES
+    args: argparse.Namespace,
+    *,
+    max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES,
+    listen: bool = False,
 ) -> AsyncIterator[Store]:
     """Open the store of ``--dsn``/``--schema`` for one operator command; connection and
-    schema failures become one line (password masked) with the fix."""
+    schema failures become one line (password masked) with the fix. Poll-only unless
+    ``listen`` (``jobs wait``, Q19.4, is woken by NOTIFY)."""
     dsn: str = args.dsn
     try:
         where = f"{postgres.redact_dsn(dsn)} schema {args.schema!r}"
@@ -91,7 +95,7 @@ async def operator_store(
             pool_size=2,
             connect_timeout_s=args.connect_timeout,
             application_name=OPERATOR_APPLICATION_NAME,
-            listen=False,
+            listen=listen,
         ) as store:
             yield store
     except SchemaError as exc:

@@ -35,16 +35,17 @@ def add_parser(
     """Add ``jobs show``, ``jobs list`` and ``jobs reschedule``."""
     jobs = commands.add_parser(
         "jobs",
-        help="show, list or reschedule jobs",
+        help="show, list, reschedule or wait for jobs",
         description=(
             "Inspect jobs: one by id, live or dead, or a queue's jobs in one state; "
-            "reschedule a pending one."
+            "reschedule a pending one; wait until one has finished."
         ),
         epilog=epilog(
             examples=[
                 "alkstore-trio jobs show 42",
                 "alkstore-trio jobs list --queue emails --state pending",
                 "alkstore-trio jobs reschedule 42 --now",
+                "alkstore-trio jobs wait 42 --queue reports --timeout-s 60",
             ]
         ),
         formatter_class=HelpFormatter,
@@ -74,7 +75,7 @@ def add_parser(
             "alkstore-trio jobs show 42 --json",
         ],
     )
-    _add_show_options(show)
+    add_show_options(show)
     listing = add_command(
         jobs_commands,
         env,
@@ -106,10 +107,13 @@ def add_parser(
     )
     add_list_options(listing)
     add_reschedule(jobs_commands, env)  # Q16
+    from ._wait import add_wait  # it prints as jobs show does: it imports this module
+
+    add_wait(jobs_commands, env)  # Q19.4
 
 
-def _add_show_options(show: argparse.ArgumentParser) -> None:
-    """The id and the output options of ``jobs show``."""
+def add_show_options(show: argparse.ArgumentParser) -> None:
+    """The id and the output options of ``jobs show`` (and ``jobs wait``)."""
     show.add_argument("job_id", metavar="ID", type=job_id, help="the job's id")
     show.add_argument(
         "--payload", action="store_true", help="write only the raw payload bytes to stdout"
@@ -198,6 +202,12 @@ async def show_job(args: argparse.Namespace) -> int:
             "purged (finished jobs leave no row unless their queue keeps them: "
             "keep_completed_s)"
         )
+    return print_job(job, args)
+
+
+def print_job(job: Job, args: argparse.Namespace) -> int:
+    """Print ``job`` as ``jobs show`` does (``--result-file``, ``--payload``, ``--json``
+    or its fields); the exit status."""
     if args.result_file is not None:
         return _write_result(job, args.result_file)
     if args.payload:

@@ -19,6 +19,7 @@ from ._periodic import PeriodicFired as PeriodicFired
 from ._periodic import PeriodicInfo as PeriodicInfo
 from ._periodic import PeriodicTick as PeriodicTick
 from ._records import DEFAULT_OPTS as DEFAULT_OPTS
+from ._records import FINAL_STATES as FINAL_STATES
 from ._records import NO_HEADERS as NO_HEADERS
 from ._records import Enqueued as Enqueued
 from ._records import EnqueueSpec as EnqueueSpec

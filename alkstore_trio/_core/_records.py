@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 JobState: TypeAlias = Literal[
     "pending", "processing", "cancelling", "dead", "completed", "cancelled"
 ]
+#: Q19.4: the final states: a job in one of them never changes state again (a redrive,
+#: D24, makes a dead job pending again: a new life, not a change of this outcome).
+FINAL_STATES: frozenset[JobState] = frozenset({"completed", "cancelled", "dead"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         ProgressItem,
         RetryItem,
     )
-    from ._wake import WakeListener
+    from ._wake import DoneListener, WakeListener
 
 
 class ForwardingEngine:
@@ -74,6 +74,11 @@ class ForwardingEngine:
         self, queues: frozenset[str]
     ) -> AbstractAsyncContextManager[WakeListener]:
         return self.inner.open_wake_listener(queues)
+
+    def open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AbstractAsyncContextManager[DoneListener]:
+        return self.inner.open_done_listener(queue, job_ids)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
-    from ._wake import WakeListener
+    from ._wake import DoneListener, WakeListener
 
 
 #: Values for a statement's ``%s`` (a sequence) or ``%(name)s`` (a mapping) placeholders.
@@ -344,6 +344,18 @@ class Engine(WorkPath, OperatorPath, Protocol):
     ) -> AbstractAsyncContextManager[WakeListener]:
         """A subscription to these queues' wakes, from the moment it is entered
         (:class:`~alkstore_trio.engine.WakeHub` makes the listeners)."""
+        ...
+
+    def open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AbstractAsyncContextManager[DoneListener]:
+        """Q19.4: a subscription to the done announcements of these jobs of ``queue``,
+        from the moment it is entered (:meth:`WakeHub.open_done_listener
+        <alkstore_trio.engine.WakeHub.open_done_listener>` makes the listeners). An
+        engine announces a job (``WakeHub.publish_done``) when a transition made it
+        final: completed, cancelled or dead. It may leave some finalizations
+        unannounced (PostgreSQL: sweeps, unkept acks) or lose announcements (then it
+        calls ``WakeHub.publish_all``): waiters also re-read on a timer."""
         ...
 
     async def aclose(self) -> None:

@@ -12,6 +12,10 @@ The same channel carries Q19.5's cancel announcements: "job 17 of this queue is 
 cancelled; whoever holds it, stop" (on PostgreSQL the payload ``cancel:17``). They are
 latched the same way and handed out by :meth:`WakeListener.take_cancels`; like wakes,
 they may be lost, which :meth:`WakeListener.take_resync` tells a listener about.
+
+Q19.4's *done* announcements ("job 17 of this queue reached a final state") reach a
+:class:`DoneListener`, subscribed to some ids of one queue; it latches like a wake
+listener, so an announcement between a waiter's read and its wait is kept.
 """
 
 from __future__ import annotations
@@ -146,11 +150,72 @@ class WakeListener:
         self._event.set()
 
 
+@final
+class DoneListener:
+    """Q19.4: a subscription to the done announcements of some jobs of one queue, made by
+    an engine's ``open_done_listener``. Not constructed directly.
+
+    An announcement of one of its ids, or word that announcements may have been lost
+    (the engine's listener reconnected), is kept until the next :meth:`wait`.
+    """
+
+    def __init__(self, queue: str, job_ids: frozenset[int]) -> None:
+        self._queue = queue
+        self._ids = job_ids
+        self._woken = False
+        self._event = trio.Event()
+        self._closed = False
+
+    @property
+    def queue(self) -> str:
+        """The queue whose jobs this listener hears of."""
+        return self._queue
+
+    @property
+    def job_ids(self) -> frozenset[int]:
+        """The job ids this listener hears of."""
+        return self._ids
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until one of the ids was announced done (since the previous call), or
+        announcements may have been lost, or ``timeout_s`` (>= 0) passed.
+
+        Returns:
+            ``True`` when woken by an announcement or a resync, ``False`` on the timeout:
+            either way the caller reads the job again.
+
+        Raises:
+            StoreClosed: the store was closed (also while waiting).
+        """
+        if self._closed:
+            raise StoreClosed("the store of this done listener is closed")
+        if self._woken:
+            await trio.lowlevel.checkpoint()
+        else:
+            with trio.move_on_after(timeout_s):
+                await self._event.wait()
+        if self._closed:
+            raise StoreClosed("the store of this done listener is closed")
+        woken, self._woken = self._woken, False
+        self._event = trio.Event()
+        return woken
+
+    def _deliver(self) -> None:
+        self._woken = True
+        self._event.set()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._event.set()
+
+
 class WakeHub:
     """The fan-out from an engine's wake source to its listeners (sync, never blocks)."""
 
     def __init__(self) -> None:
         self._by_queue: dict[str, set[WakeListener]] = {}
+        #: Q19.4: per queue, per job id, the done listeners waiting for it.
+        self._done: dict[str, dict[int, set[DoneListener]]] = {}
         self._closed = False
 
     def subscribed_queues(self) -> frozenset[str]:
@@ -175,13 +240,30 @@ class WakeHub:
         for listener in self._by_queue.get(queue, ()):
             listener._deliver_cancel(job_id)
 
+    def subscribed_done_queues(self) -> frozenset[str]:
+        """Q19.4: every queue some done listener is subscribed to."""
+        return frozenset(self._done)
+
+    def publish_done(self, queue: str, job_ids: Iterable[int]) -> None:
+        """Q19.4: these jobs of ``queue`` reached a final state: wake their done
+        listeners (and no other)."""
+        by_id = self._done.get(queue)
+        if by_id is None:
+            return
+        for job_id in job_ids:
+            for listener in by_id.get(job_id, ()):
+                listener._deliver()
+
     def publish_all(self) -> None:
         """Wake every listener on every queue (e.g. after wakes may have been lost), and
-        tell each that cancel announcements may have been lost too (Q19.5)."""
+        tell each that cancel announcements may have been lost too (Q19.5); wake every
+        done listener (Q19.4: its job may have finished unannounced)."""
         self.publish(list(self._by_queue))
         for listeners in self._by_queue.values():
             for listener in listeners:
                 listener._deliver_resync()
+        for done in self._done_listeners():
+            done._deliver()
 
     def close(self) -> None:
         """Close every listener; waiting ones raise ``StoreClosed``."""
@@ -189,6 +271,35 @@ class WakeHub:
         for listeners in self._by_queue.values():
             for listener in listeners:
                 listener._close()
+        for done in self._done_listeners():
+            done._close()
+
+    def _done_listeners(self) -> set[DoneListener]:
+        return {done for by_id in self._done.values() for ids in by_id.values() for done in ids}
+
+    @asynccontextmanager
+    async def open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AsyncIterator[DoneListener]:
+        """Q19.4: subscribe to these jobs' done announcements for the ``async with``
+        block."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        listener = DoneListener(queue, job_ids)
+        by_id = self._done.setdefault(queue, {})
+        for job_id in job_ids:
+            by_id.setdefault(job_id, set()).add(listener)
+        try:
+            yield listener
+        finally:
+            for job_id in job_ids:
+                listeners = by_id.get(job_id)
+                if listeners is not None:
+                    listeners.discard(listener)
+                    if not listeners:
+                        del by_id[job_id]
+            if not by_id and self._done.get(queue) is by_id:
+                del self._done[queue]
 
     @asynccontextmanager
     async def open_listener(self, queues: frozenset[str]) -> AsyncIterator[WakeListener]:

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, final, get_args
 
 import trio
 
-from .._core import NO_LIMITS, UNSET, Enqueued, Job, JobState, QueueLimits, QueueOpts, SweepResult
+from .._core import Enqueued, Job, JobState, QueueOpts, SweepResult
 from .._core import _validate as v
-from .._core._limits import _Unset, check_limit_args, merged_limits, refills
 from .._core._reschedule import check_reschedule
 from .._engines._protocol import FailItem, ProgressItem
 from .._errors import InvalidArgument
+from ._controls import QueueControls
 from ._handle import (
     JobHandle,
     _consume_all,
@@ -23,6 +23,7 @@ from ._handle import (
     retry_item,
 )
 from ._results import ack_items, checked_results
+from ._wait import POLL_INTERVAL_S, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -37,7 +38,7 @@ _STATES: tuple[JobState, ...] = get_args(JobState)
 
 
 @final
-class Queue:
+class Queue(QueueControls):
     """A handle on one queue of a store (Q1), made by :meth:`Store.queue`.
 
     It carries its :class:`QueueOpts`; every row it enqueues is stamped with them.
@@ -584,102 +585,21 @@ class Queue:
         return await self._engine.next_due_in_s(self._name)
 
     # Q18: queue controls.
-    async def pause(self) -> None:
-        """Pause this queue across every process of the store (Q18), persistently.
-
-        Once it returns, no claim anywhere (``claim_one``, ``claim_batch``, the claim of
-        ``ack_handles_and_claim``, a worker's claims) hands out a job of this queue until
-        :meth:`resume`: a claim still in flight when the pause began has finished first.
-        Jobs handed out before keep running and can be acked, retried, failed and
-        heartbeated; enqueues are still accepted. Pausing a paused queue does nothing.
-
-        Raises:
-            StoreClosed: the store is closed.
-        """
-        self._store._check_open()
-        await self._engine.set_paused(self._name, True)
-
-    async def resume(self) -> None:
-        """Resume this queue after :meth:`pause` (Q18), and wake its idle workers, so
-        they claim at once. Resuming a queue that is not paused only wakes it.
-
-        Raises:
-            StoreClosed: the store is closed.
-        """
-        self._store._check_open()
-        await self._engine.set_paused(self._name, False)
-
-    async def set_limits(
-        self,
-        *,
-        max_running: int | _Unset | None = UNSET,
-        rate_per_s: float | _Unset | None = UNSET,
-        burst: int | _Unset | None = UNSET,
-        max_running_per_key: int | _Unset | None = UNSET,
-    ) -> QueueLimits:
-        """Limit this queue across every process of the store (Q18.7-Q18.9),
-        persistently; each argument left out keeps its current value, ``None`` clears it.
-
-        Example::
-
-            # At most 5 jobs running fleet-wide, and at most 10 started a second.
-            await store.queue("payments").set_limits(max_running=5, rate_per_s=10)
-
-        Once it returns, every claim anywhere (``claim_one``, ``claim_batch``, the claim of
-        ``ack_handles_and_claim``, a worker's claims) obeys the new limits, and the queue
-        is woken. Jobs already running keep running.
-
-        Args:
-            max_running: At most this many jobs of the queue processing under an
-                unexpired lease at once (an int from 1; a lapsed lease stops counting
-                when it lapses).
-            rate_per_s: Claims hand out at most ``burst + rate_per_s * t`` jobs in any
-                window of ``t`` seconds (a number > 0), on the store's clock.
-            burst: The token bucket's size (an int from 1; only with a rate). A new rate
-                without one gets ``max(1, ceil(rate_per_s))``. A call that gives
-                ``rate_per_s`` or ``burst`` starts the bucket full.
-            max_running_per_key: Q18.8: at most this many jobs of one
-                ``concurrency_key`` processing under an unexpired lease at once (an int
-                from 1; jobs without a key are not held back by it). A claim takes from
-                each key at most its free slots, its best jobs first, so a key with a
-                deep backlog leaves the other keys' jobs claimable.
-
-        Returns:
-            The queue's limits from now on.
-
-        Raises:
-            InvalidArgument: no argument, or a bad value (nothing changed).
-            StoreClosed: the store is closed.
-        """
-        self._store._check_open()
-        check_limit_args(max_running, rate_per_s, burst, max_running_per_key)
-        current = await self.limits()
-        limits = merged_limits(
-            current,
-            max_running=max_running,
-            rate_per_s=rate_per_s,
-            burst=burst,
-            max_running_per_key=max_running_per_key,
-        )
-        await self._engine.set_limits(self._name, limits, refills(rate_per_s, burst))
-        return limits
-
-    async def limits(self) -> QueueLimits:
-        """This queue's limits (Q18.11): every field ``None`` when it has none.
-
-        Raises:
-            StoreClosed: the store is closed.
-        """
-        self._store._check_open()
-        stats = await self._engine.stats(self._name)
-        entry = stats.queue(self._name)
-        return NO_LIMITS if entry is None or entry.limits is None else entry.limits
-
     async def get_job(self, job_id: int) -> Job | None:
         """Read this queue's job, live or dead (Q8); ``None`` if there is none."""
         self._store._check_open()
         checked = v.check_job_id(job_id)
         return await self._engine.get_job(checked, self._name)
+
+    async def wait(self, job_id: int, *, poll_interval_s: float = POLL_INTERVAL_S) -> Job:
+        """Wait until this queue's job is final, and return it (Q19.4): ``"completed"``
+        (with its ``result``) or ``"cancelled"``, both kept jobs only, or ``"dead"`` (with
+        its ``last_error``). Woken when the job finishes; it also reads the job every
+        ``poll_interval_s`` seconds (> 0). A pure read: bound it with
+        ``trio.fail_after(...)``, cancel it at any point. Raises :class:`JobGone` when the
+        queue has no such job (never enqueued, not kept, or purged), ``InvalidArgument``
+        for a bad argument, ``StoreClosed`` when the store closes."""
+        return await wait_for(self, job_id, poll_interval_s)
 
     async def list_jobs(
         self, state: JobState, *, limit: int = 100, after_id: int | None = None

@@ -29,7 +29,13 @@ from _doc_reader import follow_pages, output_matches, page_steps, reader_environ
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 #: The tutorial, in the order a reader follows it. Every page of docs/tutorial/ is here.
-TUTORIAL = ("first-queue.md", "first-postgres-queue.md", "first-worker.md", "periodic-digest.md")
+TUTORIAL = (
+    "first-queue.md",
+    "first-postgres-queue.md",
+    "first-worker.md",
+    "periodic-digest.md",
+    "results-and-waiting.md",
+)
 TUTORIAL_PAGES = [ROOT / "docs" / "tutorial" / page for page in TUTORIAL]
 
 #: Every block of the README and the tutorial that is not run, and why (each is marked

@@ -575,7 +575,9 @@ class RawDrain(Runner):
         cur.execute(q.lib["claim"], params)
         rows = cur.fetchall()
         if rows:
-            cur.execute(q.lib["ack_batch"], {"queue": QUEUE, "ids": [r[0] for r in rows]})
+            done = "alk/bench/done"  # Q19.4: nobody listens; no kept rows, no NOTIFY
+            params = {"queue": QUEUE, "ids": [r[0] for r in rows], "done_channel": done}
+            cur.execute(q.lib["ack_batch"], params)
             cur.fetchall()
         return len(rows)
 

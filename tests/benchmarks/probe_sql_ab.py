@@ -114,6 +114,7 @@ class Side:
         self.schema = f"alk_ab_{label}_{secrets.token_hex(4)}"
         self.q = old_statements(ref, self.schema) if ref else _sql.queries(self.schema)
         self.channel = _sql.wake_channel(self.schema, QUEUE)
+        self.done_channel = _sql.done_channel(self.schema, QUEUE)  # Q19.4 (ignored before)
         admin = psycopg.connect(conninfo, autocommit=True)
         stack.callback(admin.close)
         schema_sql = _sql.render(at_ref(ref, SCHEMA_SQL), self.schema) if ref else None
@@ -175,7 +176,12 @@ class Side:
         return self.run("claim", params)
 
     def handle(self, row: tuple[Any, ...]) -> dict[str, object]:
-        return {"id": row[0], "queue": QUEUE, "token": row[self.token_at]}
+        return {
+            "id": row[0],
+            "queue": QUEUE,
+            "token": row[self.token_at],
+            "done_channel": self.done_channel,
+        }
 
     def claims(self, rows: list[tuple[Any, ...]]) -> dict[str, object]:
         """The (ids, tokens) arrays of the batch statements over ``rows``."""

@@ -55,7 +55,7 @@ def test_every_check_is_named_after_a_rule() -> None:
     contract = {f"q{n}" for n in [*range(1, 7), *range(8, 14), 15]} | {"q16"}
     contract |= {"q17"}  # Q17 periodic jobs
     contract |= {"q18"}  # Q18: queue controls.
-    contract |= {"q19"}  # Q19.1-Q19.3, Q19.5 and Q19.8: results, history, cancel, tokens.
+    contract |= {"q19"}  # Q19.1-Q19.5 and Q19.8: results, history, wait, cancel, tokens.
     assert contract <= rules, f"contract rules covered: {sorted(rules & contract)}"
     # The rest pin decisions where the contract is silent (decisions-foundation.md).
     assert all(rule[0] == "d" and rule[1:].isdigit() for rule in rules - contract), sorted(rules)

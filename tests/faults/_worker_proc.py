@@ -232,7 +232,7 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)  # the transactions are still open
             await trio.sleep(sleep_s)
 
-    async def handler(job: Job) -> None:
+    async def handler(job: Job) -> bytes | None:
         fields = {
             "id": job.id,
             "attempt": job.attempts,
@@ -262,9 +262,11 @@ async def main(args: argparse.Namespace, stream: TextIO) -> None:
             if command.startswith(b"txeffect="):
                 await tx_effect(job, command.removeprefix(b"txeffect=").decode(), sleep_s, fields)
                 outcome = "completed_in_tx"
-                return
+                return None
             await trio.sleep(sleep_s)
             outcome = "returned"
+            # Q19.4's fault test: a kept job's result says which job and attempt it was.
+            return b"result of %d" % job.id if job.keep_completed_s is not None else None
         except ClaimLost:
             outcome = "claim_lost"
             raise

@@ -24,6 +24,7 @@ import trio
 
 psycopg = pytest.importorskip("psycopg", reason="the fault tests need psycopg 3")
 
+from _cluster import own_cluster  # noqa: E402, F401 - a throwaway cluster (restart tests)
 from psycopg import sql as pgsql  # noqa: E402 - after importorskip
 
 from alkstore_trio import open_store  # noqa: E402

@@ -607,6 +607,9 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             )
         ],
     }
+    if "%(done_channel)s" in _sql.library().statements[name]:  # Q19.4: the engine adds it
+        done = _sql.done_channel(data.schema, QUEUE)
+        return [(variant, {**params, "done_channel": done}) for variant, params in table[name]]
     return table[name]
 
 

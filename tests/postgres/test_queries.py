@@ -125,6 +125,11 @@ FRAGMENT_USERS = {
         "complete_claims_and_claim",
     },
     "wake_due": {"enqueue_many", "enqueue_one"},  # R11
+    # Q19.4: the statements that finalize announce it (not the sweeps, not unkept acks).
+    "notify_done": {
+        "retry", "fail", "ack_batch", "complete_claims", "complete_claims_and_claim",
+        "retry_claims", "fail_claims", "cancel", "settle_cancelled",
+    },
 }  # fmt: skip
 
 

@@ -26,9 +26,10 @@ from ..._core._reschedule import RescheduleSpec, due_in_s, spec_due_in_s
 from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._errors import ClaimLost, EngineError, HandleConsumed, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
-from .._wake import WakeHub, WakeListener
+from .._wake import DoneListener, WakeHub, WakeListener
 from ._periodic import PeriodicRows
-from ._table import JobTable, KeyHeld
+from ._redrive import KeyHeld
+from ._table import JobTable
 
 if TYPE_CHECKING:
     from ..._core import (
@@ -136,6 +137,7 @@ class MemoryEngine:
                     outcome: tuple[bool, object] = (True, transition(self._table, now))
                 except Exception as exc:
                     outcome = (False, exc)
+                self._publish_done()
                 with suppress(trio.BrokenResourceError):
                     reply.send_nowait(outcome)
         finally:
@@ -151,6 +153,15 @@ class MemoryEngine:
             requests.close()
             self._closed = True
             self.wakes.close()
+
+    def _publish_done(self) -> None:
+        """Q19.4: announce the jobs the transition finalized, still inside it (no other
+        request runs in between)."""
+        by_queue: dict[str, list[int]] = {}
+        for queue, job_id in self._table.take_done():
+            by_queue.setdefault(queue, []).append(job_id)
+        for queue, ids in by_queue.items():
+            self.wakes.publish_done(queue, ids)
 
     async def _call(self, transition: Callable[[JobTable, datetime], T]) -> T:
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -438,6 +449,13 @@ class MemoryEngine:
         if self._closed:
             raise StoreClosed("the store is closed")
         return self.wakes.open_listener(queues)
+
+    def open_done_listener(
+        self, queue: str, job_ids: frozenset[int]
+    ) -> AbstractAsyncContextManager[DoneListener]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self.wakes.open_done_listener(queue, job_ids)
 
     async def aclose(self) -> None:
         self.close()

@@ -66,6 +66,7 @@ from .._protocol import Completion
 from . import _cancel, _due, _per_key, _stats
 from ._history import History
 from ._limits import LimitBook
+from ._redrive import KeyHeld, redrivable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -77,16 +78,6 @@ if TYPE_CHECKING:
 _ReadyEntry = tuple[int, datetime, int, int]
 #: Q15: a unique key, with its queue.
 UniqueKey = tuple[str, str]
-
-
-class KeyHeld(Exception):
-    """Q15: an operation met a unique key that an open transaction (``holder``) has
-    enqueued but not committed. Raised before any effect: the engine waits for the
-    holder to finish and runs the operation again."""
-
-    def __init__(self, holder: object) -> None:
-        super().__init__("a unique key is held by an open transaction")
-        self.holder = holder
 
 
 def _ready_entry(job: Job, gen: int) -> _ReadyEntry:
@@ -144,6 +135,7 @@ class JobTable:
         self._keys: dict[UniqueKey, int] = {}
         self._windows: dict[UniqueKey, tuple[datetime, int]] = {}
         self._held: dict[UniqueKey, tuple[object, int]] = {}
+        self._done: list[tuple[str, int]] = []  # Q19.4: rows finalized, see take_done
 
     # -- reading -----------------------------------------------------------------------
 
@@ -502,7 +494,7 @@ class JobTable:
                 for job_id in dict.fromkeys(job_ids)
                 if (job := self._dead.get(job_id)) is not None and job.queue == queue
             ]
-        targets = self._redrivable(targets)
+        targets = redrivable(targets, self._held, self._keys)
         revived = [t.requeued(job, now) for job in targets]
         for job in revived:
             del self._dead[job.id]
@@ -641,9 +633,15 @@ class JobTable:
         else:
             heapq.heappush(index.delayed, (job.run_at, job.id, gen))
 
+    def take_done(self) -> list[tuple[str, int]]:
+        """Q19.4: the (queue, id) of the rows finalized since the previous call."""
+        done, self._done = self._done, []
+        return done
+
     def _drop_live(self, job_id: int) -> None:
         job = self._live.pop(job_id)
         del self._gen[job_id]
+        self._done.append((job.queue, job_id))
         if job.unique_key is not None:
             # Q15: the key frees when its job leaves the live rows.
             self._keys.pop((job.queue, job.unique_key), None)
@@ -710,25 +708,6 @@ class JobTable:
             expires_at = now + timedelta(seconds=spec.unique_for_s)
             self._windows[key] = (expires_at, job_id)
             heapq.heappush(self._index(spec.queue).windows, (expires_at, spec.unique_key))
-
-    def _redrivable(self, targets: list[Job]) -> list[Job]:
-        """Q15/D24: the dead rows a redrive may move, by id: a keyless row, or the lowest
-        id of the rows with a key that no live row holds. Raises :class:`KeyHeld` when
-        an open transaction holds one of their keys (PostgreSQL waits for it too)."""
-        out: list[Job] = []
-        taken: set[UniqueKey] = set()
-        for job in sorted(targets, key=lambda job: job.id):
-            if job.unique_key is None:
-                out.append(job)
-                continue
-            key = (job.queue, job.unique_key)
-            held = self._held.get(key)
-            if held is not None:
-                raise KeyHeld(held[0])
-            if key not in taken and key not in self._keys:
-                taken.add(key)
-                out.append(job)
-        return out
 
     def _drop_closed_windows(self, queue: str, index: _QueueIndex, now: datetime) -> None:
         """Q15: forget the windows of this queue that closed (they refuse nothing)."""

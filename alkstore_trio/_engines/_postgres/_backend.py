@@ -8,13 +8,13 @@ database's (``alk_now()``), read once per statement.
 Wakes: an enqueue NOTIFYs its queue's channel in the same statement (delivered at commit,
 never on rollback). A dedicated LISTEN connection, owned by a listener task, forwards
 notifications into the store's :class:`WakeHub`; it reconnects with capped backoff and
-wakes everyone after reconnecting, since notifications sent while it was away are lost.
+wakes everyone after reconnecting, since notifications sent while it was away are lost
+(:mod:`._listener`).
 """
 
 from __future__ import annotations
 
-import logging
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -37,12 +37,11 @@ from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._protocol import Completion
-from .._wake import WakeHub, WakeListener
+from .._wake import WakeHub
 from . import (
     _driver,
     _enqueue,
     _limited,
-    _notes,
     _periodic,
     _pool,
     _reads,
@@ -52,6 +51,7 @@ from . import (
     _unique,
 )
 from ._dsn import describe
+from ._listener import Listening
 from ._options import _Conninfo, check_options, driver_connect
 from ._params import (
     _applied,
@@ -71,10 +71,7 @@ if TYPE_CHECKING:
     from .._protocol import Claim, FailItem, ProgressItem, RetryItem, SqlParams
     from ._pool import Pool
 
-logger = logging.getLogger("alkstore_trio.postgres")
 
-_LISTEN_BACKOFF_START_S: Final = 0.05
-_LISTEN_BACKOFF_MAX_S: Final = 5.0
 _SESSION_UTC_SQL: Final = "SET TIME ZONE 'UTC'"
 #: Q18: how long a pause waits for the writes in flight on the jobs table (claims, and
 #: open transactions that enqueued) before it gives up with an EngineError, unchanged.
@@ -88,7 +85,7 @@ def _engine_error(exc: BaseException) -> EngineError:
     return EngineError(f"PostgreSQL operation failed: {type(exc).__name__}: {exc}")
 
 
-class PostgresEngine:
+class PostgresEngine(Listening):
     """The PostgreSQL engine: one store's view of one schema in one database.
 
     Example::
@@ -161,6 +158,9 @@ class PostgresEngine:
         self.wakes = WakeHub()
         self._closed = False
         self._channels: dict[str, str] = {}  # channel -> queue
+        self._done_channels: dict[str, str] = {}  # Q19.4: done channel -> queue
+        #: Q19.4: the statements that announce jobs done (they take ``done_channel``).
+        self._announcing = frozenset(k for k, q in self._q.items() if "%(done_channel)s" in q)
         self._listening: set[str] = set()
         self._listen_changed = False
         self._listen_wait: trio.CancelScope | None = None
@@ -178,12 +178,9 @@ class PostgresEngine:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _channel(self, queue: str) -> str:
-        channel = _sql.wake_channel(self._schema, queue)
-        self._channels.setdefault(channel, queue)
-        return channel
-
     async def _run(self, name: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        if name in self._announcing:  # Q19.4
+            params["done_channel"] = self._done_channel(str(params["queue"]))
         return await self._execute(self._q[name], params)
 
     async def _execute_binary(self, query: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
@@ -254,6 +251,7 @@ class PostgresEngine:
         """Q18.7-Q18.9: a claim (after acks: ``ack_name``, or Q19.1's
         ``complete_claims``) of a limited queue, in a transaction."""
         params["channel"] = self._channel(queue)
+        params["done_channel"] = self._done_channel(queue)  # Q19.4: complete_claims
         async with self._transaction_conn() as conn:
             acked, jobs, limited = await _limited.claim(
                 conn, self._q, self._limit_barrier, queue, claims, params, _job, ack_name
@@ -655,21 +653,6 @@ class PostgresEngine:
         async with self._transaction_conn() as conn:
             yield PostgresTransaction(self, conn)
 
-    def open_wake_listener(
-        self, queues: frozenset[str]
-    ) -> AbstractAsyncContextManager[WakeListener]:
-        if self._closed:
-            raise StoreClosed("the store is closed")
-        return self._open_wake_listener(queues)
-
-    @asynccontextmanager
-    async def _open_wake_listener(self, queues: frozenset[str]) -> AsyncIterator[WakeListener]:
-        channels = {self._channel(queue) for queue in queues}
-        async with self.wakes.open_listener(queues) as listener:
-            if self._listen:
-                await self._wait_listening(channels)
-            yield listener
-
     async def aclose(self) -> None:
         self.close()
         await trio.lowlevel.checkpoint()
@@ -679,86 +662,6 @@ class PostgresEngine:
         self._closed = True
         self.wakes.close()
         self._poke_listener()
-
-    # -- the listener ------------------------------------------------------------------
-
-    async def _wait_listening(self, channels: set[str]) -> None:
-        """Return once the LISTEN connection listens on every channel in ``channels``."""
-        if not self._listener_started:
-            if self._nursery is None:
-                raise StoreClosed("the store is not running")
-            self._listener_started = True
-            self._nursery.start_soon(self._serve_listener)
-        self._poke_listener()
-        while not channels <= self._listening:
-            if self._closed:
-                raise StoreClosed("the store is closed")
-            progress = self._listen_progress
-            await progress.wait()
-
-    def _report_progress(self) -> None:
-        self._listen_progress.set()
-        self._listen_progress = trio.Event()
-
-    async def _serve_listener(self) -> None:
-        """The listener actor: keep a LISTEN connection on every subscribed channel and
-        forward notifications as wakes, reconnecting with capped exponential backoff."""
-        backoff = _LISTEN_BACKOFF_START_S
-        connected_before = False
-        while not self._closed:
-            try:
-                conn = await self._listen_connect()
-            except (psycopg.Error, OSError) as exc:
-                logger.warning("wake listener cannot connect (%s); retrying", type(exc).__name__)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX_S)
-                continue
-            try:
-                backoff = _LISTEN_BACKOFF_START_S
-                reconnected, connected_before = connected_before, True
-                await self._listen_on(conn, reconnected=reconnected)
-            except (psycopg.Error, OSError) as exc:
-                logger.warning(
-                    "wake listener connection lost (%s); reconnecting", type(exc).__name__
-                )
-            finally:
-                self._listening.clear()
-                with trio.CancelScope(shield=True):
-                    await conn.aclose()
-        self._report_progress()
-
-    async def _listen_on(self, conn: _driver.Connection, *, reconnected: bool) -> None:
-        wake_everyone = reconnected
-        while not self._closed:
-            self._listen_changed = False
-            wanted = {self._channel(queue) for queue in self.wakes.subscribed_queues()}
-            new = wanted - self._listening
-            if new:
-                await conn.listen(sorted(new))
-                self._listening |= new
-            self._report_progress()
-            if wake_everyone:
-                # Notifications sent while the connection was down are lost: wake
-                # everyone so their claim loops look for work once.
-                self.wakes.publish_all()
-                wake_everyone = False
-            notes: list[_driver.Notify] = []
-            with trio.CancelScope() as self._listen_wait:
-                if self._listen_changed:
-                    self._listen_wait.cancel()
-                notes = await conn.wait_notifies(timeout_s=None)
-            self._listen_wait = None
-            self._publish_notes(notes)
-
-    def _publish_notes(self, notes: list[_driver.Notify]) -> None:
-        """Hand the notifications to the wake hub (:func:`._notes.publish`)."""
-        _notes.publish(self.wakes, self._channels, notes)
-
-    def _poke_listener(self) -> None:
-        """Make the listener task look at its channels again (or notice the close)."""
-        self._listen_changed = True
-        if self._listen_wait is not None:
-            self._listen_wait.cancel()
 
 
 class PostgresTransaction:
@@ -786,6 +689,7 @@ class PostgresTransaction:
         backend = self._backend
         try:
             params = _completion_params(queue, items)
+            params["done_channel"] = backend._done_channel(queue)  # Q19.4: it announces
             done = [
                 row[0] for row in await self._conn.execute(backend._q["complete_claims"], params)
             ]

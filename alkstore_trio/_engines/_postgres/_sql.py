@@ -74,6 +74,19 @@ def wake_channel(schema: str, queue: str) -> str:
     return "alk#" + digest[: CHANNEL_MAX_BYTES - 4]
 
 
+def done_channel(schema: str, queue: str) -> str:
+    """Q19.4: the NOTIFY channel of one queue's done announcements:
+    ``alk/<schema>/<queue>/done``, or a hash of ``<schema>/<queue>/done`` beyond 63 bytes.
+    A readable one has three ``/`` (a wake channel two), and the hashed text contains a
+    third ``/`` that no wake channel's does, so a done channel never equals a wake
+    channel."""
+    readable = f"alk/{schema}/{queue}/done"
+    if len(readable.encode()) <= CHANNEL_MAX_BYTES:
+        return readable
+    digest = hashlib.sha256(f"{schema}/{queue}/done".encode()).hexdigest()
+    return "alk#" + digest[: CHANNEL_MAX_BYTES - 4]
+
+
 def _read(name: str) -> str:
     return resources.files(__package__).joinpath("sql", name).read_text(encoding="utf-8")
 

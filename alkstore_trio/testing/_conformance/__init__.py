@@ -251,6 +251,13 @@ from .q19_2_q19_3_history import (
     q19_3_a_purge_larger_than_one_batch_completes,
     q19_3_sweeps_purge_kept_rows_after_their_time,
 )
+from .q19_4_wait import (
+    q19_4_bad_arguments_raise_without_effect,
+    q19_4_wait_is_cancellable_and_a_pure_read,
+    q19_4_wait_is_woken_by_every_operation_that_finalizes,
+    q19_4_wait_raises_job_gone_naming_keep_completed_s,
+    q19_4_wait_returns_a_job_already_final_at_once,
+)
 from .q19_5_cancel import (
     q19_5_a_kept_job_recorded_cancelled_moves_to_history_as_cancelled,
     q19_5_a_lapsed_cancelling_row_is_finalized_by_cancel_or_the_sweep,
@@ -480,6 +487,11 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q19_7_progress_is_kept_into_history_and_dead_rows,
     q19_7_a_refused_heartbeat_stores_no_progress,
     q19_7_progress_is_validated_without_effect,
+    q19_4_wait_returns_a_job_already_final_at_once,
+    q19_4_wait_is_woken_by_every_operation_that_finalizes,
+    q19_4_wait_raises_job_gone_naming_keep_completed_s,
+    q19_4_bad_arguments_raise_without_effect,
+    q19_4_wait_is_cancellable_and_a_pure_read,
     # Q19.8: claim tokens and release.
     q19_8_every_claim_of_a_job_gets_a_new_token,
     q19_8_v_refuses_a_token_that_is_not_the_claims,

@@ -8,6 +8,7 @@ step, and fails with :class:`Disagreement` as soon as their answers differ;
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeAlias
@@ -58,6 +59,7 @@ from ._steps import (
     _headers,
     _Step,
 )
+from ._wait_check import agree_on_waits  # Q19.4
 
 if TYPE_CHECKING:
     from ..._store import JobHandle, Queue, Store, Transaction
@@ -460,6 +462,9 @@ class _Run:
             got = await self.store.get_job(job_id)
             _agree(f"{step}: store.get_job({job_id})", got, self.model.find_job(job_id))
             _check_shape(f"{step}: store.get_job({job_id})", got)
+        # Q19.4: the engine's wait returns exactly the jobs the model reads as final.
+        model_job = functools.partial(self.model.get_job, queue.name)
+        await agree_on_waits(queue, model_job, self._ids_to_read(), str(step), _agree)
         states: tuple[JobState, ...] = (
             "pending", "processing", "cancelling", "dead", "completed", "cancelled"
         )  # fmt: skip

@@ -144,6 +144,23 @@ ON CONFLICT (queue, shard) DO UPDATE SET
     dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered,
     cancelled = c.cancelled + EXCLUDED.cancelled
 
+-- fragment: notify_done(rows)
+-- Q19.4: announce the ids of the CTE `rows` (finalized jobs: kept completions, kept or
+-- unkept cancels, dead-letter moves) on the queue's done channel, at commit: one
+-- notification per group of up to 400 ids, comma-separated and ascending (at most
+-- 400 * 20 - 1 = 7,999 bytes: under PostgreSQL's 8,000-byte payload limit). None when
+-- `rows` is empty: a statement that finalized nothing sends nothing and takes no
+-- notification lock at its commit. A statement includes it as a CTE that its last
+-- SELECT reads (a SELECT in WITH that nothing reads is never run).
+SELECT pg_catalog.pg_notify(
+    %(done_channel)s::text, pg_catalog.string_agg(d.id::text, ',' ORDER BY d.id)
+)
+FROM (
+    SELECT r.id, (pg_catalog.row_number() OVER (ORDER BY r.id) - 1) / 400 AS grp
+    FROM {rows} AS r
+) AS d
+GROUP BY d.grp
+
 -- fragment: claim_gate
 -- Q18: the queue's controls, read once in the statement's snapshot (see set_paused for
 -- why that snapshot is recent enough): the claim is `open` when the queue is neither
@@ -488,6 +505,9 @@ dead AS (
 counted AS (
     {count_moves(moves = dead, dead_lettered = 1)}
 ),
+announced AS (
+    {notify_done(rows = dead)}
+),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
         state = 'pending',
@@ -501,10 +521,13 @@ requeued AS (
     WHERE j.id = t.id AND NOT t.spent
     RETURNING j.id
 )
-SELECT id FROM dead UNION ALL SELECT id FROM requeued;
+SELECT id FROM dead, (SELECT count(*) FROM announced) AS a
+UNION ALL
+SELECT id FROM requeued;
 
 -- name: fail
--- Q4: a dead-letter move of a validly claimed row, with error; counted (D27).
+-- Q4: a dead-letter move of a validly claimed row, with error; counted (D27); announced
+-- done (Q19.4).
 WITH moved AS (
     DELETE FROM @schema@.jobs
     WHERE id = %(id)s::bigint AND queue = %(queue)s::text
@@ -517,8 +540,11 @@ dead AS (
 ),
 counted AS (
     {count_moves(moves = dead, dead_lettered = 1)}
+),
+announced AS (
+    {notify_done(rows = dead)}
 )
-SELECT id FROM dead;
+SELECT id FROM dead, (SELECT count(*) FROM announced) AS a;
 
 -- name: ack_batch
 -- Q6: finish each listed, ackable row of this queue (no token): deleted, or moved to
@@ -536,8 +562,11 @@ counted AS (
     {count_moves(
         moves = (SELECT count(*) AS n FROM deleted) AS m WHERE m.n > 0, acked = m.n
     )}
+),
+announced AS (
+    {notify_done(rows = kept)}
 )
-SELECT count(*) FROM deleted;
+SELECT (SELECT count(*) FROM deleted) + 0 * (SELECT count(*) FROM announced);
 
 -- name: ack_claims
 -- R2: ack each listed (id, claim token) pair whose claim is valid, in one statement,
@@ -615,8 +644,11 @@ counted AS (
     {count_moves(
         moves = (SELECT count(*) AS n FROM done) AS m WHERE m.n > 0, acked = m.n
     )}
+),
+announced AS (
+    {notify_done(rows = kept)}
 )
-SELECT id FROM done;
+SELECT id FROM done, (SELECT count(*) FROM announced) AS a;
 
 -- name: complete_claims_and_claim
 -- Q19.1 (D21): complete_claims, then claim, in one statement, as ack_claims_and_claim
@@ -627,6 +659,9 @@ WITH done AS (
 ),
 kept AS (
     {keep_rows(moved = done, result = handler_result)}
+),
+announced AS (
+    {notify_done(rows = kept)}
 ),
 {claim_gate},
 {claim_candidates},
@@ -646,7 +681,7 @@ SELECT
     done.id,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM done
+FROM done, (SELECT count(*) FROM announced) AS a
 UNION ALL
 SELECT NULL, claimed.* FROM claimed
 UNION ALL
@@ -691,6 +726,9 @@ counted AS (
         moves = (SELECT count(*) AS n FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n
     )}
 ),
+announced AS (
+    {notify_done(rows = dead)}
+),
 requeued AS (
     UPDATE @schema@.jobs AS j SET
         state = 'pending',
@@ -704,7 +742,8 @@ requeued AS (
     WHERE j.id = t.id AND NOT t.spent
     RETURNING t.ord
 )
-SELECT moved.ord FROM moved JOIN dead USING (id)
+SELECT moved.ord
+FROM moved JOIN dead USING (id) CROSS JOIN (SELECT count(*) FROM announced) AS a
 UNION ALL
 SELECT ord FROM requeued;
 
@@ -738,8 +777,12 @@ counted AS (
     {count_moves(
         moves = (SELECT count(*) AS n FROM dead) AS m WHERE m.n > 0, dead_lettered = m.n
     )}
+),
+announced AS (
+    {notify_done(rows = dead)}
 )
-SELECT moved.ord FROM moved JOIN dead USING (id);
+SELECT moved.ord
+FROM moved JOIN dead USING (id) CROSS JOIN (SELECT count(*) FROM announced) AS a;
 
 -- fragment: finalize_cancelled(doomed)
 -- Q19.5: the CTE `finalized`: the jobs rows whose ids the CTE `doomed` lists (locked by
@@ -810,8 +853,13 @@ counted AS (
 ),
 announced AS (
     SELECT pg_catalog.pg_notify(%(channel)s::text, 'cancel:' || m.id::text) FROM marked AS m
+),
+done AS (
+    {notify_done(rows = finalized)}
 )
-SELECT (SELECT count(*) FROM target) > 0, (SELECT count(*) FROM announced);
+SELECT
+    (SELECT count(*) FROM target) > 0,
+    (SELECT count(*) FROM announced) + 0 * (SELECT count(*) FROM done);
 
 -- name: settle_cancelled
 -- Q19.5: the holders finalize their cancelling claims: each listed (id, claim token)
@@ -831,8 +879,11 @@ counted AS (
     {count_moves(
         moves = (SELECT count(*) AS n FROM finalized) AS m WHERE m.n > 0, cancelled = m.n
     )}
+),
+announced AS (
+    {notify_done(rows = finalized)}
 )
-SELECT id FROM finalized;
+SELECT id FROM finalized, (SELECT count(*) FROM announced) AS a;
 
 -- name: cancelling_among
 -- Q19.5: which of these ids are cancelling rows of this queue (primary-key probes; a
