@@ -74,10 +74,15 @@ def add_command(
 
 @asynccontextmanager
 async def operator_store(
-    args: argparse.Namespace, *, max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES
+    args: argparse.Namespace,
+    *,
+    max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES,
+    pool_size: int = 2,
+    application_name: str = OPERATOR_APPLICATION_NAME,
 ) -> AsyncIterator[Store]:
-    """Open the store of ``--dsn``/``--schema`` for one operator command; connection and
-    schema failures become one line (password masked) with the fix."""
+    """Open the store of ``--dsn``/``--schema`` for one operator command (the dashboard
+    serves from it for as long as it runs); connection and schema failures become one
+    line (password masked) with the fix."""
     dsn: str = args.dsn
     try:
         where = f"{postgres.redact_dsn(dsn)} schema {args.schema!r}"
@@ -88,9 +93,9 @@ async def operator_store(
             dsn,
             schema=args.schema,
             max_payload_bytes=max_payload_bytes,
-            pool_size=2,
+            pool_size=pool_size,
             connect_timeout_s=args.connect_timeout,
-            application_name=OPERATOR_APPLICATION_NAME,
+            application_name=application_name,
             listen=False,
         ) as store:
             yield store

@@ -1,0 +1,340 @@
+"""The dashboard's pages and actions: a Starlette app around one open :class:`Store`.
+
+Every read is one of the store's own (``stats``, ``get_job``, ``Queue.list_jobs``); every
+action is one of its calls (``pause``, ``resume``, ``cancel``, ``requeue_dead``). Pages
+are rendered on the server by Jinja with autoescape on (W5); the only script is the
+vendored htmx, which refreshes the overview's table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import urllib.parse
+from typing import TYPE_CHECKING, Final, TypeGuard
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._errors import AlkstoreError, InvalidArgument
+from . import _views
+from ._security import CSRF_FIELD, MAX_FORM_BYTES, Auth, Guard, csrf_cookie, form_csrf_ok
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+    from starlette.requests import Request
+
+    from .._core import JobState
+    from .._store import Store
+
+    #: A page's read: its template and the values it renders.
+    _Page = Callable[[], Awaitable[tuple[str, dict[str, object]]]]
+
+_log = logging.getLogger("alkstore_trio.dashboard")
+
+#: The states the jobs page filters by (``Queue.list_jobs``'s).
+STATES: Final = ("pending", "processing", "cancelling", "dead", "completed", "cancelled")
+#: Jobs a page of the jobs list shows.
+PAGE_SIZE: Final = 50
+#: Dead jobs of one queue the dead-letter page groups (the oldest first).
+DEAD_SCAN: Final = 1000
+#: Seconds between two refreshes of the overview's table.
+REFRESH_S: Final = 5
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("alkstore_trio.dashboard", "templates"),
+    autoescape=True,  # W5: every template, whatever its name
+    undefined=jinja2.StrictUndefined,
+)
+_TEMPLATES.filters["iso"] = _views.iso
+_TEMPLATES.filters["age"] = _views.age
+_TEMPLATES.filters["one_line"] = _views.one_line
+_TEMPLATES.filters["list_preview"] = _views.list_preview
+
+
+class _Problem(Exception):
+    """A request the page cannot serve: its status and a message (shown escaped)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def create_app(
+    store: Store,
+    *,
+    read_only: bool = False,
+    auth: Auth | None = None,
+    allowed_origins: Iterable[str] = (),
+    redact: Callable[[str], str] | None = None,
+) -> Guard:
+    """The dashboard as an ASGI app serving ``store``, to run or to mount (W1).
+
+    The app never opens or closes the store: open it for as long as the app serves. Mount
+    it under a prefix with Starlette's ``Mount("/jobs-admin", app)`` or any ASGI router
+    that sets ``root_path``; links and the CSRF cookie follow the prefix.
+
+    Args:
+        store: An open store (PostgreSQL in production; any engine works).
+        read_only: W4: show no actions and refuse every POST.
+        auth: W2: credentials every request must carry (:class:`Auth`), or ``None``
+            when the host application authenticates in front of it, or on loopback.
+        allowed_origins: W3: origins (``https://ops.example.com``) accepted on a POST
+            besides the server's own, such as a TLS proxy's public origin.
+        redact: Applied to an error's text before it is logged (the command line masks
+            the DSN's password with it); the pages never show an error's text from the
+            store.
+
+    Returns:
+        The ASGI app.
+    """
+    pages = _Pages(store, redact or (lambda text: text))
+    app = Starlette(
+        routes=[
+            Route("/", pages.overview, name="overview"),
+            Route("/fragments/overview", pages.overview_table, name="overview_table"),
+            Route("/jobs", pages.jobs, name="jobs"),
+            Route("/jobs/{job_id:int}", pages.job, name="job"),
+            Route("/dead", pages.dead, name="dead"),
+            Route("/confirm", pages.confirm, name="confirm"),
+            Route("/actions/{action:str}", pages.act, methods=["POST"], name="act"),
+            Mount(
+                "/static",
+                StaticFiles(packages=[("alkstore_trio.dashboard", "static")]),
+                name="static",
+            ),
+        ]
+    )
+    return Guard(app, auth=auth, read_only=read_only, allowed_origins=allowed_origins)
+
+
+class _Pages:
+    """The route handlers, over one store."""
+
+    def __init__(self, store: Store, redact: Callable[[str], str]) -> None:
+        self._store = store
+        self._redact = redact
+
+    async def _render(
+        self, request: Request, template: str, status: int = 200, /, **context: object
+    ) -> Response:
+        html = _TEMPLATES.get_template(template).render(
+            request=request,
+            root=request.scope.get("root_path", ""),
+            csrf_field=CSRF_FIELD,
+            csrf_token=request.state.csrf_token,
+            read_only=request.state.read_only,
+            refresh_s=REFRESH_S,
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    async def _run(self, request: Request, page: _Page) -> Response:
+        try:
+            template, values = await page()
+        except _Problem as problem:
+            return await self._render(
+                request, "problem.html", problem.status, message=problem.message
+            )
+        except AlkstoreError as exc:
+            return await self._store_failed(request, exc)
+        return await self._render(request, template, 200, **values)
+
+    async def _store_failed(self, request: Request, exc: AlkstoreError) -> Response:
+        """W7: the store's error text may name the server: it is logged (redacted),
+        never shown."""
+        _log.warning(
+            "dashboard: %s on %s: %s",
+            type(exc).__name__,
+            request.url.path,
+            self._redact(" ".join(str(exc).split())),
+        )
+        return await self._render(
+            request,
+            "problem.html",
+            503,
+            message=f"the store failed ({type(exc).__name__}); see the dashboard's log",
+        )
+
+    # -- pages -------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            return "overview.html", {"stats": await self._store.stats()}
+
+        return await self._run(request, page)
+
+    async def overview_table(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            return "overview_table.html", {"stats": await self._store.stats()}
+
+        return await self._run(request, page)
+
+    async def jobs(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            params = request.query_params
+            stats = await self._store.stats()
+            queues = [entry.queue for entry in stats.queues]
+            queue = params.get("queue") or (queues[0] if queues else None)
+            state = params.get("state") or "pending"
+            if not _is_state(state):
+                raise _Problem(400, f"state must be one of {', '.join(STATES)}")
+            after = _int_param(params, "after")
+            jobs = []
+            if queue is not None:
+                try:
+                    handle = self._store.queue(queue)
+                except InvalidArgument as exc:
+                    raise _Problem(400, str(exc)) from None
+                jobs = await handle.list_jobs(state, limit=PAGE_SIZE + 1, after_id=after)
+            more = len(jobs) > PAGE_SIZE
+            jobs = jobs[:PAGE_SIZE]
+            return "jobs.html", {
+                "queues": queues,
+                "queue": queue,
+                "state": state,
+                "states": STATES,
+                "jobs": jobs,
+                "after": after,
+                "next_after": jobs[-1].id if more else None,
+            }
+
+        return await self._run(request, page)
+
+    async def job(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            job_id: int = request.path_params["job_id"]
+            try:
+                job = await self._store.get_job(job_id)
+            except InvalidArgument as exc:
+                raise _Problem(400, str(exc)) from None
+            if job is None:
+                raise _Problem(
+                    404,
+                    f"no job {job_id}: it was never enqueued, or it finished (acked, "
+                    "cancelled or purged) in a queue that keeps no history",
+                )
+            result = None if job.result is None else _views.preview(job.result)
+            return "job.html", {
+                "job": job,
+                "payload": _views.preview(job.payload),
+                "result": result,
+                "live": job.state in ("pending", "processing", "cancelling"),
+            }
+
+        return await self._run(request, page)
+
+    async def dead(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            stats = await self._store.stats()
+            wanted = request.query_params.get("queue")
+            queues = [e for e in stats.queues if e.dead and (wanted in (None, "", e.queue))]
+            sections = []
+            for entry in queues:
+                jobs = await self._store.queue(entry.queue).list_jobs("dead", limit=DEAD_SCAN)
+                sections.append((entry, _views.group_by_error(jobs)))
+            return "dead.html", {"sections": sections, "scan": DEAD_SCAN, "queue": wanted}
+
+        return await self._run(request, page)
+
+    async def confirm(self, request: Request) -> Response:
+        """A page that states exactly what an action will do, with the POST form."""
+
+        async def page() -> tuple[str, dict[str, object]]:
+            params = request.query_params
+            action = params.get("action", "")
+            if action not in ("requeue", "cancel"):
+                raise _Problem(400, "action must be requeue or cancel")
+            job_id = _int_param(params, "id")
+            if job_id is None:
+                raise _Problem(400, "id is required")
+            job = await self._store.get_job(job_id)
+            if job is None:
+                raise _Problem(404, f"no job {job_id}")
+            return "confirm.html", {"action": action, "job": job}
+
+        return await self._run(request, page)
+
+    # -- actions -----------------------------------------------------------------------
+
+    async def act(self, request: Request) -> Response:
+        """Run one action (the guard checked the method, read-only and Origin) and
+        redirect to the page to see its effect (post/redirect/get)."""
+        body = await _read_body(request)
+        if body is None:
+            return await self._render(request, "problem.html", 413, message="form too large")
+        form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=20))
+        if not form_csrf_ok(form, csrf_cookie(request.scope)):
+            return await self._render(
+                request, "problem.html", 403, message="refused: missing or wrong CSRF token"
+            )
+        action = request.path_params["action"]
+        try:
+            target = await self._act(action, form)
+        except _Problem as problem:
+            return await self._render(
+                request, "problem.html", problem.status, message=problem.message
+            )
+        except InvalidArgument as exc:
+            return await self._render(request, "problem.html", 400, message=str(exc))
+        except AlkstoreError as exc:
+            return await self._store_failed(request, exc)
+        root = request.scope.get("root_path", "")
+        return RedirectResponse(root + target, status_code=303)
+
+    async def _act(self, action: str, form: Mapping[str, str]) -> str:
+        """Carry out the action; the path to redirect to."""
+        if action not in ("pause", "resume", "cancel", "requeue"):
+            raise _Problem(404, "no such action")
+        queue = self._store.queue(form.get("queue", ""))
+        if action in ("pause", "resume"):
+            await (queue.pause() if action == "pause" else queue.resume())
+            _log.info("dashboard: %s queue %r", action, queue.name)
+            return "/"
+        job_id = _int_param(form, "id")
+        if job_id is None:
+            raise _Problem(400, "id is required")
+        if action == "cancel":
+            done = await queue.cancel(job_id)
+            _log.info("dashboard: cancel job %d of queue %r: %s", job_id, queue.name, done)
+            if not done:
+                raise _Problem(409, f"job {job_id} has no live row to cancel in {queue.name!r}")
+            return f"/jobs/{job_id}"
+        if action == "requeue":
+            moved = await queue.requeue_dead([job_id])
+            _log.info("dashboard: requeue dead job %d of queue %r: %d", job_id, queue.name, moved)
+            if not moved:
+                raise _Problem(409, f"job {job_id} is not a dead job of {queue.name!r}")
+            return "/dead"
+        raise AssertionError(action)
+
+
+def _is_state(state: str) -> TypeGuard[JobState]:
+    return state in STATES
+
+
+def _int_param(params: Mapping[str, str], name: str) -> int | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.lstrip("-").isdigit() or len(raw) > 20:
+        raise _Problem(400, f"{name} must be an integer")
+    return int(raw)
+
+
+async def _read_body(request: Request) -> bytes | None:
+    """The request's body, or ``None`` when it exceeds :data:`MAX_FORM_BYTES`."""
+    chunks = []
+    size = 0
+    async with contextlib.aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > MAX_FORM_BYTES:
+                return None
+            chunks.append(chunk)
+    return b"".join(chunks)

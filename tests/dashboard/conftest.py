@@ -1,0 +1,280 @@
+"""Fixtures of the dashboard tests: a store per engine, an in-process ASGI client, the
+dashboard served on a free port, and one headless chromium for the whole session.
+
+The browser is Debian's ``chromium`` driven through ``chromedriver`` by Selenium (no
+browser download). Without it the browser tests are skipped with one line saying how to
+install it, except under ``ALKSTORE_REQUIRE_PG=1`` or ``ALKSTORE_REQUIRE_BROWSER=1`` (CI,
+whose ``.ci/run`` installs it), where a missing browser fails them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trio
+
+from alkstore_trio import open_store
+from alkstore_trio.dashboard import serve_dashboard
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+#: How long a browser step may wait for the page to show what it expects.
+WAIT_S = 15.0
+
+
+def _load_postgres_fixtures():
+    path = ROOT / "tests" / "postgres" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_alkstore_tests_postgres_conftest_d", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_postgres = _load_postgres_fixtures()
+make_schema = _postgres.make_schema
+schema = _postgres.schema
+
+
+@pytest.fixture
+async def pg_store(pg_dsn, schema):
+    """A PostgreSQL store on a fresh, migrated schema (dropped after the test)."""
+    async with open_store(pg_dsn, schema=schema, migrate="apply", pool_size=4) as store:
+        yield store
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def store(request):
+    """The dashboard's rules hold on every engine: a memory store, and a PostgreSQL one
+    (on a fresh, migrated schema, dropped after the test)."""
+    if request.param == "memory":
+        async with open_store("memory://") as memory:
+            yield memory
+        return
+    dsn = request.getfixturevalue("pg_dsn")
+    name = request.getfixturevalue("make_schema")()
+    async with open_store(dsn, schema=name, migrate="apply", pool_size=4) as pg:
+        yield pg
+
+
+# -- an in-process ASGI client --------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+    def cookie(self) -> str | None:
+        """The CSRF token this reply set in its cookie, if it did."""
+        for name, value in self.headers:
+            if name == "set-cookie" and value.startswith("alkstore_dashboard_csrf="):
+                return value.split(";")[0].partition("=")[2]
+        return None
+
+
+@dataclass
+class Client:
+    """Calls an ASGI app in this trio run, as a browser at ``http://dash.test`` would."""
+
+    app: object
+    host: str = "dash.test"
+    cookies: dict[str, str] = field(default_factory=dict)
+
+    async def request(self, method, path, *, form=None, headers=(), body=None, root_path=""):
+        if form is not None:
+            body = urllib.parse.urlencode(form).encode()
+            headers = [*headers, ("content-type", "application/x-www-form-urlencoded")]
+        body = body or b""
+        path, _, query = path.partition("?")
+        sent = [("host", self.host), *headers]
+        if self.cookies:
+            sent.append(("cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items())))
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": root_path + path,
+            "raw_path": (root_path + path).encode(),
+            "root_path": root_path,
+            "query_string": query.encode(),
+            "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in sent],
+            "client": ("127.0.0.1", 50000),
+            "server": (self.host, 80),
+        }
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        out: list[dict] = []
+
+        async def receive():
+            if not messages:  # the app waits for a disconnect that never comes
+                await trio.sleep_forever()
+            return messages.pop(0)
+
+        async def send(message):
+            out.append(message)
+
+        await self.app(scope, receive, send)
+        start = next(m for m in out if m["type"] == "http.response.start")
+        reply = Reply(
+            start["status"],
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])],
+            b"".join(m.get("body", b"") for m in out if m["type"] == "http.response.body"),
+        )
+        if (token := reply.cookie()) is not None:
+            self.cookies["alkstore_dashboard_csrf"] = token
+        return reply
+
+    async def get(self, path, **kwargs):
+        return await self.request("GET", path, **kwargs)
+
+    async def post(self, path, form, *, origin="http://dash.test", **kwargs):
+        headers = [("origin", origin)] if origin is not None else []
+        return await self.request("POST", path, form=form, headers=headers, **kwargs)
+
+
+# -- the browser ------------------------------------------------------------------------
+
+
+def _browser_missing() -> str | None:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    if missing:
+        return (
+            f"no {' or '.join(missing)}: the browser tests need Debian's chromium and "
+            "chromium-driver (apt-get install -y chromium chromium-driver)"
+        )
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed; pip install -e '.[dev]'"
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless chromium for the session's browser tests (started on first use)."""
+    if (why := _browser_missing()) is not None:
+        if "1" in (
+            os.environ.get("ALKSTORE_REQUIRE_PG"),
+            os.environ.get("ALKSTORE_REQUIRE_BROWSER"),
+        ):
+            pytest.fail(f"a browser is required here, but {why}", pytrace=False)
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree("/tmp/.org.chromium.Chromium.none", ignore_errors=True)
+
+
+class Browser:
+    """The session's chromium, driven from trio: each step runs in a thread, so the
+    dashboard served by this same trio run answers meanwhile."""
+
+    def __init__(self, driver, base_url: str) -> None:
+        self.driver = driver
+        self.base = base_url
+
+    async def _run(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args)
+
+    async def open(self, path: str) -> None:
+        await self._run(self.driver.get, self.base + path)
+
+    async def click(self, css: str) -> None:
+        def click():
+            from selenium.webdriver.common.by import By
+
+            self.driver.find_element(By.CSS_SELECTOR, css).click()
+
+        await self._run(click)
+
+    async def texts(self, css: str) -> list[str]:
+        def texts():
+            from selenium.webdriver.common.by import By
+
+            return [e.text for e in self.driver.find_elements(By.CSS_SELECTOR, css)]
+
+        return await self._run(texts)
+
+    async def count(self, css: str) -> int:
+        return len(await self.texts(css))
+
+    async def script(self, source: str):
+        return await self._run(self.driver.execute_script, source)
+
+    async def path(self) -> str:
+        url = await self._run(lambda: self.driver.current_url)
+        return urllib.parse.urlsplit(url).path
+
+    async def wait_for(self, css: str, present: bool = True) -> None:
+        """Until an element matching ``css`` is there (or, ``present=False``, gone)."""
+
+        def wait():
+            from selenium.webdriver.common.by import By
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            WebDriverWait(self.driver, WAIT_S, poll_frequency=0.05).until(
+                lambda d: bool(d.find_elements(By.CSS_SELECTOR, css)) == present,
+                message=f"{css} {'never appeared' if present else 'never went'}",
+            )
+
+        await self._run(wait)
+
+    async def screenshot(self, name: str, tmp_path: Path) -> Path:
+        """A PNG of the page: into docs/images when ``ALKSTORE_SCREENSHOTS=docs`` (``just
+        screenshots``), else into the test's temporary folder."""
+        folder = (
+            ROOT / "docs" / "images"
+            if os.environ.get("ALKSTORE_SCREENSHOTS") == "docs"
+            else tmp_path
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"dashboard-{name}.png"
+        assert await self._run(self.driver.save_screenshot, str(path))
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        return path
+
+
+@pytest.fixture
+async def browser(chromium, pg_store, nursery):
+    """The dashboard of ``pg_store`` served on a free loopback port, and the browser on
+    it (its cookies cleared: each test starts as a new visitor)."""
+    urls = await nursery.start(serve_dashboard, pg_store, "127.0.0.1:0")
+    base = next(u for u in urls if u.startswith("http://127.0.0.1:"))
+    await trio.to_thread.run_sync(chromium.delete_all_cookies)
+    return Browser(chromium, base)
