@@ -213,7 +213,10 @@ class Browser:
         return await trio.to_thread.run_sync(fn, *args)
 
     async def open(self, path: str) -> None:
-        await self._run(self.driver.get, self.base + path)
+        await self.open_url(self.base + path)
+
+    async def open_url(self, url: str) -> None:
+        await self._run(self.driver.get, url)
 
     async def click(self, css: str) -> None:
         def click():
@@ -251,6 +254,23 @@ class Browser:
             WebDriverWait(self.driver, WAIT_S, poll_frequency=0.05).until(
                 lambda d: bool(d.find_elements(By.CSS_SELECTOR, css)) == present,
                 message=f"{css} {'never appeared' if present else 'never went'}",
+            )
+
+        await self._run(wait)
+
+    async def wait_for_text(self, css: str, text: str) -> None:
+        """Until the first element matching ``css`` contains ``text``."""
+
+        def wait():
+            from selenium.webdriver.common.by import By
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            def shown(driver):
+                found = driver.find_elements(By.CSS_SELECTOR, css)
+                return bool(found) and text in found[0].text
+
+            WebDriverWait(self.driver, WAIT_S, poll_frequency=0.05).until(
+                shown, message=f"{text!r} never appeared in {css}"
             )
 
         await self._run(wait)

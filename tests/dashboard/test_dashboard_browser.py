@@ -1,0 +1,209 @@
+"""The dashboard in a real browser (issue 17): Debian's chromium, headless, driven by
+Selenium, on the dashboard served by Hypercorn's trio worker over a real PostgreSQL
+store. One browser serves every test of the session (the ``chromium`` fixture); these
+tests share one xdist group so that it is one browser per run.
+
+Each test waits for what the page shows (``Browser.wait_for`` polls the DOM), never
+for a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from alkstore_trio import Worker
+
+pytestmark = pytest.mark.xdist_group("browser")
+
+PROBES = ("<script>window.__xss=1</script>", '"><img src=x onerror="window.__xss=2">')
+
+
+async def dead_job(store, queue, error, payload=b"p"):
+    q = store.queue(queue)
+    job_id = int(await q.enqueue(payload, max_attempts=1, priority=1000))
+    handle = await q.claim_one("test-worker")
+    assert handle is not None
+    assert handle.id == job_id
+    await handle.fail(error)
+    return job_id
+
+
+async def test_w1_every_page_loads_in_the_browser(browser, pg_store, tmp_path):
+    emails = pg_store.queue("emails")
+    job = int(await emails.enqueue(b'{"to": "ops@example.com"}', headers={"trace": "abc"}))
+    await emails.enqueue_many([b"later"] * 3, delay_s=3600)
+    dead_id = await dead_job(pg_store, "emails", "smtp: 550 mailbox unavailable")
+    await dead_job(pg_store, "reports", "KeyError: 'customer'")
+    await pg_store.queue("reports").set_limits(max_running=2, rate_per_s=5)
+
+    await browser.open("/")
+    await browser.wait_for('tr[data-queue="emails"]')
+    assert await browser.count("#queues tbody tr") == 2
+    await browser.screenshot("overview", tmp_path)
+    await browser.open("/jobs?queue=emails&state=pending")
+    await browser.wait_for(f'tr[data-job="{job}"]')
+    await browser.screenshot("jobs", tmp_path)
+    await browser.open(f"/jobs/{job}")
+    assert await browser.texts("#job-state") == ["pending"]
+    assert await browser.texts("#payload") == ['{"to": "ops@example.com"}']
+    await browser.screenshot("job", tmp_path)
+    await browser.open("/dead")
+    await browser.wait_for(f'tr[data-job="{dead_id}"]')
+    assert await browser.count("section.dead-queue") == 2
+    await browser.screenshot("dead", tmp_path)
+    await browser.open(f"/confirm?action=requeue&id={dead_id}")
+    assert "exactly 1 dead job" in (await browser.texts("#question"))[0]
+    # htmx loaded (the CSP let it run), and the overview's table refreshes through it.
+    await browser.open("/")
+    assert await browser.script("return typeof window.htmx") == "object"
+
+
+async def test_w3_requeue_a_dead_job_and_see_it_leave_the_dead_list(browser, pg_store):
+    dead_id = await dead_job(pg_store, "emails", "smtp: 550")
+    other = await dead_job(pg_store, "emails", "smtp: 550")
+    await browser.open("/dead")
+    await browser.click(f'tr[data-job="{dead_id}"] a.requeue')
+    await browser.wait_for("#question")
+    assert f"job {dead_id} of queue emails" in (await browser.texts("#question"))[0]
+    await browser.click("#confirm")
+    await browser.wait_for(f'tr[data-job="{other}"]')
+    await browser.wait_for(f'tr[data-job="{dead_id}"]', present=False)
+    assert await browser.path() == "/dead"
+    job = await pg_store.get_job(dead_id)
+    assert (job.state, job.attempts) == ("pending", 0)
+
+
+async def test_w3_pause_a_queue_and_see_the_worker_stop_taking_its_jobs(browser, pg_store):
+    ran: list[bytes] = []
+    done = {"a": trio.Event(), "b": trio.Event()}
+
+    async def handler(job):
+        ran.append(job.payload)
+        done[job.payload.decode()[0]].set()
+
+    worker = Worker(pg_store, {"paused-q": handler, "other-q": handler}, poll_interval_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await pg_store.queue("paused-q").enqueue(b"warm-up")  # the queue has a row
+        await browser.open("/")
+        await browser.wait_for('tr[data-queue="paused-q"] button.pause')
+        await browser.click('tr[data-queue="paused-q"] button.pause')
+        await browser.wait_for('tr[data-queue="paused-q"] .badge.paused')
+        assert (await pg_store.stats("paused-q")).queue("paused-q").paused
+        await pg_store.queue("paused-q").enqueue(b"a: held by the pause")
+        await pg_store.queue("other-q").enqueue(b"b: runs meanwhile")
+        await done["b"].wait()  # the worker claims and runs the other queue's job ...
+        assert b"a: held by the pause" not in ran  # ... but not the paused queue's
+        assert (await pg_store.stats("paused-q")).queue("paused-q").pending_ready >= 1
+        await browser.click('tr[data-queue="paused-q"] button.resume')
+        await browser.wait_for('tr[data-queue="paused-q"] button.pause')
+        await done["a"].wait()
+        worker.stop(grace_s=0)
+    assert b"a: held by the pause" in ran
+
+
+async def test_w3_cancel_a_running_job(browser, pg_store):
+    started = trio.Event()
+    stopped = trio.Event()
+
+    async def handler(job):
+        started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped.set()
+
+    worker = Worker(pg_store, {"long": handler}, poll_interval_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        job_id = int(await pg_store.queue("long").enqueue(b"a long report"))
+        await started.wait()
+        await browser.open(f"/jobs/{job_id}")
+        assert await browser.texts("#job-state") == ["processing"]
+        await browser.click("#cancel")
+        await browser.wait_for("#question")
+        await browser.click("#confirm")
+        await stopped.wait()  # the handler was cancelled (R15)
+        worker.stop(grace_s=0)
+    assert await pg_store.get_job(job_id) is None  # recorded cancelled: no row kept
+    assert (await pg_store.stats("long")).queue("long").cancelled_total == 1
+
+
+async def test_w5_xss_probes_do_not_run(browser, pg_store):
+    q = pg_store.queue("xss")
+    live = int(await q.enqueue(PROBES[0].encode(), headers={"x": PROBES[1], PROBES[1]: "v"}))
+    dead = await dead_job(pg_store, "xss", PROBES[1] + " " + PROBES[0], payload=PROBES[1].encode())
+    pages = [
+        "/",
+        "/jobs?queue=xss&state=pending",
+        "/jobs?queue=xss&state=dead",
+        f"/jobs/{live}",
+        f"/jobs/{dead}",
+        "/dead",
+        f"/confirm?action=cancel&id={live}",
+    ]
+    for path in pages:
+        await browser.open(path)
+        assert await browser.script("return window.__xss === undefined") is True, path
+        assert await browser.count("img") == 0, path
+        assert await browser.count("script") == 1, path  # htmx only
+    await browser.open(f"/jobs/{live}")
+    assert await browser.texts("#payload") == [PROBES[0]]
+    assert PROBES[1] in await browser.texts("#headers td")
+    await browser.open(f"/jobs/{dead}")
+    assert await browser.texts("#last-error") == [PROBES[1] + " " + PROBES[0]]
+
+
+async def test_w3_a_forged_post_from_another_origin_is_refused(browser, pg_store, nursery):
+    """A page on another origin (another port of the same host: same site, so the
+    browser even sends the SameSite cookie) posts a form to the dashboard: the Origin
+    check refuses it."""
+    await pg_store.queue("emails").enqueue(b"x")
+    await browser.open("/")  # the victim has the dashboard's cookie
+    await browser.wait_for('tr[data-queue="emails"] button.pause')
+    token = await browser.script(
+        "return document.querySelector('input[name=csrf]').value"
+    )
+    evil = await nursery.start(_serve_forger, browser.base + "/actions/pause", token)
+    assert evil.rpartition(":")[2] != browser.base.rpartition(":")[2]
+    await browser.open_url(evil)
+    await browser.wait_for_text("body", "another origin")
+    assert await browser.path() == "/actions/pause"
+    assert not (await pg_store.stats("emails")).queue("emails").paused
+
+
+async def _serve_forger(target, token, *, task_status):
+    """Serve, on a free port, a page that posts a forged pause to ``target`` at once
+    (with the victim's real CSRF token, as if it had leaked: only the Origin check is
+    left to stop it); started with the page's URL."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    page = (
+        f"<!doctype html><form id=f method=post action='{target}'>"
+        f"<input name=csrf value='{token}'><input name=queue value=emails></form>"
+        "<script>document.getElementById('f').submit()</script>"
+    )
+
+    async def forged(request):
+        return HTMLResponse(page)
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    app = Starlette(routes=[Route("/", forged)])
+    await serve(app, config, task_status=_FirstUrl(task_status))
+
+
+class _FirstUrl:
+    """Hypercorn's ``task_status``, passing on only the loopback URL it serves."""
+
+    def __init__(self, status):
+        self._status = status
+
+    def started(self, urls):
+        self._status.started(next(u for u in urls if u.startswith("http://127.0.0.1:")))
