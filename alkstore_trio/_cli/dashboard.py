@@ -6,6 +6,7 @@ the command runs, so the rest of the command line never needs them.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Final
@@ -87,6 +88,14 @@ async def run(args: argparse.Namespace) -> int:
     except InvalidArgument as exc:
         raise UsageProblem(str(exc)) from None
     dsn: str = args.dsn
+    # The actions (pause, cancel, requeue ...) and the store's errors, one line each on
+    # stderr; never a payload, and a store error's text with the password masked.
+    log = logging.getLogger("alkstore_trio.dashboard")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
     def redact(text: str) -> str:
         return postgres.hide_password(text, dsn)

@@ -162,9 +162,7 @@ async def test_w3_a_forged_post_from_another_origin_is_refused(browser, pg_store
     await pg_store.queue("emails").enqueue(b"x")
     await browser.open("/")  # the victim has the dashboard's cookie
     await browser.wait_for('tr[data-queue="emails"] button.pause')
-    token = await browser.script(
-        "return document.querySelector('input[name=csrf]').value"
-    )
+    token = await browser.script("return document.querySelector('input[name=csrf]').value")
     evil = await nursery.start(_serve_forger, browser.base + "/actions/pause", token)
     assert evil.rpartition(":")[2] != browser.base.rpartition(":")[2]
     await browser.open_url(evil)
