@@ -8,12 +8,12 @@ import secrets
 
 import psycopg
 import pytest
+from conftest import Client
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
 from alkstore_trio import AlkstoreError, open_store
 from alkstore_trio.dashboard import create_app
-from conftest import Client
 
 
 def run(dsn, *statements, **names):
