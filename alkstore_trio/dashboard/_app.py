@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import urllib.parse
-from typing import TYPE_CHECKING, Final, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 import jinja2
 from starlette.applications import Starlette
@@ -42,6 +42,8 @@ STATES: Final = ("pending", "processing", "cancelling", "dead", "completed", "ca
 PAGE_SIZE: Final = 50
 #: Dead jobs of one queue the dead-letter page groups (the oldest first).
 DEAD_SCAN: Final = 1000
+#: Processing jobs of one queue the workers page reads.
+WORKERS_SCAN: Final = 1000
 #: Seconds between two refreshes of the overview's table.
 REFRESH_S: Final = 5
 
@@ -101,6 +103,9 @@ def create_app(
             Route("/jobs", pages.jobs, name="jobs"),
             Route("/jobs/{job_id:int}", pages.job, name="job"),
             Route("/dead", pages.dead, name="dead"),
+            Route("/workers", pages.workers, name="workers"),
+            Route("/periodic", pages.periodic, name="periodic"),
+            Route("/limits", pages.limits, name="limits"),
             Route("/confirm", pages.confirm, name="confirm"),
             Route("/actions/{action:str}", pages.act, methods=["POST"], name="act"),
             Mount(
@@ -238,25 +243,77 @@ class _Pages:
             for entry in queues:
                 jobs = await self._store.queue(entry.queue).list_jobs("dead", limit=DEAD_SCAN)
                 sections.append((entry, _views.group_by_error(jobs)))
-            return "dead.html", {"sections": sections, "scan": DEAD_SCAN, "queue": wanted}
+            requeued = _int_param(request.query_params, "requeued")
+            return "dead.html", {
+                "sections": sections,
+                "scan": DEAD_SCAN,
+                "queue": wanted,
+                "requeued": requeued,
+            }
 
         return await self._run(request, page)
 
     async def confirm(self, request: Request) -> Response:
-        """A page that states exactly what an action will do, with the POST form."""
+        """A page that states exactly what an action will do, with the POST form:
+        cancel one job (``id``), or requeue the dead jobs ``ids`` of ``queue``."""
 
         async def page() -> tuple[str, dict[str, object]]:
             params = request.query_params
             action = params.get("action", "")
-            if action not in ("requeue", "cancel"):
-                raise _Problem(400, "action must be requeue or cancel")
-            job_id = _int_param(params, "id")
-            if job_id is None:
-                raise _Problem(400, "id is required")
-            job = await self._store.get_job(job_id)
-            if job is None:
-                raise _Problem(404, f"no job {job_id}")
-            return "confirm.html", {"action": action, "job": job}
+            if action == "cancel":
+                job_id = _int_param(params, "id")
+                if job_id is None:
+                    raise _Problem(400, "id is required")
+                job = await self._store.get_job(job_id)
+                if job is None:
+                    raise _Problem(404, f"no job {job_id}")
+                return "confirm.html", {"action": action, "job": job, "queue": job.queue}
+            if action == "requeue":
+                queue = _queue_name(self._store, params.get("queue", ""))
+                ids = _ids_param(params)
+                return "confirm.html", {
+                    "action": action,
+                    "queue": queue,
+                    "ids": ids,
+                    "ids_text": ",".join(map(str, ids)),
+                }
+            raise _Problem(400, "action must be requeue or cancel")
+
+        return await self._run(request, page)
+
+    async def workers(self, request: Request) -> Response:
+        """Who holds which jobs: the processing and cancelling rows by ``claimed_by``."""
+
+        async def page() -> tuple[str, dict[str, object]]:
+            stats = await self._store.stats()
+            held = []
+            for entry in stats.queues:
+                if not (entry.processing or entry.cancelling):
+                    continue
+                queue = self._store.queue(entry.queue)
+                for state in ("processing", "cancelling"):
+                    if getattr(entry, state):
+                        held += await queue.list_jobs(state, limit=WORKERS_SCAN)
+            return "workers.html", {
+                "workers": _views.by_worker(held, stats.now),
+                "scan": WORKERS_SCAN,
+                "now": stats.now,
+            }
+
+        return await self._run(request, page)
+
+    async def periodic(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            schedules = await self._store.list_periodic()
+            return "periodic.html", {"schedules": schedules}
+
+        return await self._run(request, page)
+
+    async def limits(self, request: Request) -> Response:
+        async def page() -> tuple[str, dict[str, object]]:
+            name = _queue_name(self._store, request.query_params.get("queue", ""))
+            limits = await self._store.queue(name).limits()
+            return "limits.html", {"queue": name, "limits": limits}
 
         return await self._run(request, page)
 
@@ -289,33 +346,70 @@ class _Pages:
 
     async def _act(self, action: str, form: Mapping[str, str]) -> str:
         """Carry out the action; the path to redirect to."""
-        if action not in ("pause", "resume", "cancel", "requeue"):
+        if action not in ("pause", "resume", "cancel", "requeue", "limits"):
             raise _Problem(404, "no such action")
-        queue = self._store.queue(form.get("queue", ""))
+        queue = self._store.queue(_queue_name(self._store, form.get("queue", "")))
         if action in ("pause", "resume"):
             await (queue.pause() if action == "pause" else queue.resume())
             _log.info("dashboard: %s queue %r", action, queue.name)
             return "/"
-        job_id = _int_param(form, "id")
-        if job_id is None:
-            raise _Problem(400, "id is required")
+        if action == "limits":
+            limits = await queue.set_limits(**_limit_args(form))
+            _log.info("dashboard: limits of queue %r set to %r", queue.name, limits)
+            return "/"
         if action == "cancel":
+            job_id = _int_param(form, "id")
+            if job_id is None:
+                raise _Problem(400, "id is required")
             done = await queue.cancel(job_id)
             _log.info("dashboard: cancel job %d of queue %r: %s", job_id, queue.name, done)
             if not done:
                 raise _Problem(409, f"job {job_id} has no live row to cancel in {queue.name!r}")
             return f"/jobs/{job_id}"
-        if action == "requeue":
-            moved = await queue.requeue_dead([job_id])
-            _log.info("dashboard: requeue dead job %d of queue %r: %d", job_id, queue.name, moved)
-            if not moved:
-                raise _Problem(409, f"job {job_id} is not a dead job of {queue.name!r}")
-            return "/dead"
-        raise AssertionError(action)
+        ids = _ids_param(form)
+        moved = await queue.requeue_dead(ids)
+        _log.info("dashboard: requeued %d of %d dead jobs of queue %r", moved, len(ids), queue.name)
+        if not moved:
+            raise _Problem(409, f"none of the {len(ids)} jobs is a dead job of {queue.name!r}")
+        return f"/dead?requeued={moved}"
 
 
 def _is_state(state: str) -> TypeGuard[JobState]:
     return state in STATES
+
+
+def _queue_name(store: Store, name: str) -> str:
+    """``name`` if it is a valid queue name (W8: else a 400)."""
+    try:
+        return store.queue(name).name
+    except InvalidArgument as exc:
+        raise _Problem(400, str(exc)) from None
+
+
+def _ids_param(params: Mapping[str, str]) -> list[int]:
+    """W8: ``ids``, 1 to :data:`DEAD_SCAN` job ids separated by commas."""
+    raw = params.get("ids", "")
+    parts = [part.strip() for part in raw.split(",") if part.strip()]
+    if not 1 <= len(parts) <= DEAD_SCAN or not all(p.isdigit() and len(p) <= 19 for p in parts):
+        raise _Problem(400, f"ids must be 1 to {DEAD_SCAN} job ids separated by commas")
+    return sorted({int(part) for part in parts})
+
+
+def _limit_args(form: Mapping[str, str]) -> dict[str, Any]:
+    """W3's limits form as ``Queue.set_limits`` arguments: an empty field clears its
+    limit; an empty burst with a rate takes the rate's default burst."""
+    args: dict[str, Any] = {}  # Queue.set_limits checks each (InvalidArgument: W8)
+    for name in ("max_running", "rate_per_s", "burst", "max_running_per_key"):
+        raw = form.get(name, "").strip()
+        if not raw:
+            if name != "burst" or not form.get("rate_per_s", "").strip():
+                args[name] = None
+            continue
+        try:
+            args[name] = float(raw) if name == "rate_per_s" else int(raw)
+        except ValueError:
+            raise _Problem(400, f"{name} must be a number, or empty for no limit") from None
+    return args
 
 
 def _int_param(params: Mapping[str, str], name: str) -> int | None:

@@ -100,3 +100,34 @@ def age(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker id's held jobs (W1's workers page): how many, the oldest claim's age,
+    and the soonest lease end (negative: lapsed)."""
+
+    worker_id: str
+    jobs: tuple[Job, ...]
+    oldest_claim_age_s: float | None
+    soonest_lease_left_s: float | None
+
+
+def by_worker(jobs: Iterable[Job], now: datetime) -> list[WorkerRow]:
+    """Held jobs grouped by ``claimed_by``, the worker holding the most first."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(job.claimed_by or "(unknown)", []).append(job)
+    rows = []
+    for worker_id, held in groups.items():
+        claimed = [(now - j.claimed_at).total_seconds() for j in held if j.claimed_at]
+        leases = [(j.claim_expires_at - now).total_seconds() for j in held if j.claim_expires_at]
+        rows.append(
+            WorkerRow(
+                worker_id,
+                tuple(sorted(held, key=lambda j: j.id)),
+                max(claimed, default=None),
+                min(leases, default=None),
+            )
+        )
+    return sorted(rows, key=lambda row: (-len(row.jobs), row.worker_id))

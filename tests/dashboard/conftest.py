@@ -226,6 +226,18 @@ class Browser:
 
         await self._run(click)
 
+    async def type(self, css: str, text: str) -> None:
+        """Replace the text of the input ``css`` with ``text``."""
+
+        def type_():
+            from selenium.webdriver.common.by import By
+
+            element = self.driver.find_element(By.CSS_SELECTOR, css)
+            element.clear()
+            element.send_keys(text)
+
+        await self._run(type_)
+
     async def texts(self, css: str) -> list[str]:
         def texts():
             from selenium.webdriver.common.by import By

@@ -52,7 +52,7 @@ async def test_w1_every_page_loads_in_the_browser(browser, pg_store, tmp_path):
     await browser.wait_for(f'tr[data-job="{dead_id}"]')
     assert await browser.count("section.dead-queue") == 2
     await browser.screenshot("dead", tmp_path)
-    await browser.open(f"/confirm?action=requeue&id={dead_id}")
+    await browser.open(f"/confirm?action=requeue&queue=emails&ids={dead_id}")
     assert "exactly 1 dead job" in (await browser.texts("#question"))[0]
     # htmx loaded (the CSP let it run), and the overview's table refreshes through it.
     await browser.open("/")
@@ -65,13 +65,48 @@ async def test_w3_requeue_a_dead_job_and_see_it_leave_the_dead_list(browser, pg_
     await browser.open("/dead")
     await browser.click(f'tr[data-job="{dead_id}"] a.requeue')
     await browser.wait_for("#question")
-    assert f"job {dead_id} of queue emails" in (await browser.texts("#question"))[0]
+    assert (
+        f"exactly 1 dead job of queue emails (job {dead_id})"
+        in (await browser.texts("#question"))[0]
+    )
     await browser.click("#confirm")
     await browser.wait_for(f'tr[data-job="{other}"]')
     await browser.wait_for(f'tr[data-job="{dead_id}"]', present=False)
     assert await browser.path() == "/dead"
+    assert await browser.texts("#requeued") == ["Requeued 1 job."]
     job = await pg_store.get_job(dead_id)
     assert (job.state, job.attempts) == ("pending", 0)
+
+
+async def test_w3_requeue_a_whole_error_group_after_a_confirmation_with_its_count(
+    browser, pg_store
+):
+    group = [await dead_job(pg_store, "emails", "smtp: 421 try later") for _ in range(3)]
+    lone = await dead_job(pg_store, "emails", "KeyError: 'to'")
+    await browser.open("/dead?queue=emails")
+    await browser.click("details.dead-group:first-of-type a.requeue-group")
+    await browser.wait_for("#question")
+    assert "Requeue exactly 3 dead jobs of queue emails" in (await browser.texts("#question"))[0]
+    await browser.click("#confirm")
+    await browser.wait_for("#requeued")
+    assert await browser.texts("#requeued") == ["Requeued 3 jobs."]
+    assert await browser.count("tr[data-job]") == 1
+    assert [(await pg_store.get_job(i)).state for i in group] == ["pending"] * 3
+    assert (await pg_store.get_job(lone)).state == "dead"
+
+
+async def test_w1_edit_a_queues_limits(browser, pg_store):
+    await pg_store.queue("api").enqueue(b"x")
+    await browser.open("/")
+    await browser.click('tr[data-queue="api"] a.edit-limits')
+    await browser.wait_for("#limits")
+    await browser.type('input[name="max_running"]', "3")
+    await browser.type('input[name="rate_per_s"]', "2.5")
+    await browser.click("#save-limits")
+    await browser.wait_for('tr[data-queue="api"] .limit')
+    limits = await pg_store.queue("api").limits()
+    assert (limits.max_running, limits.rate_per_s, limits.burst) == (3, 2.5, 3)
+    assert "max_running=3" in " ".join(await browser.texts('tr[data-queue="api"] .limit'))
 
 
 async def test_w3_pause_a_queue_and_see_the_worker_stop_taking_its_jobs(browser, pg_store):
@@ -119,6 +154,8 @@ async def test_w3_cancel_a_running_job(browser, pg_store):
         await nursery.start(worker.run)
         job_id = int(await pg_store.queue("long").enqueue(b"a long report"))
         await started.wait()
+        await browser.open("/workers")
+        assert await browser.count(f'tr[data-worker="{worker.worker_id}"]') == 1
         await browser.open(f"/jobs/{job_id}")
         assert await browser.texts("#job-state") == ["processing"]
         await browser.click("#cancel")

@@ -54,8 +54,10 @@ async def test_w1_every_page_renders_from_the_store(store):
     dead = await client.get("/dead")
     assert dead.status == 200
     assert f'data-job="{dead_id}"' in dead.text
-    confirm = await client.get(f"/confirm?action=requeue&id={dead_id}")
+    confirm = await client.get(f"/confirm?action=requeue&queue=emails&ids={dead_id}")
     assert "Requeue exactly 1 dead job" in confirm.text
+    for path in ("/workers", "/periodic", "/limits?queue=emails"):
+        assert (await client.get(path)).status == 200, path
     static = await client.get("/static/htmx-2.0.11.min.js")
     assert static.status == 200
     assert static.body.startswith(b"var htmx=")
@@ -99,10 +101,14 @@ async def test_w3_pause_resume_cancel_and_requeue_act_through_the_store(store):
     assert 'class="badge paused"' in (await client.get("/")).text
     await client.post("/actions/resume", {"csrf": token, "queue": "emails"})
     assert not (await store.stats("emails")).queue("emails").paused
-    reply = await client.post("/actions/requeue", {"csrf": token, "queue": "emails", "id": dead_id})
-    assert (reply.status, reply.header("location")) == (303, "/dead")
+    reply = await client.post(
+        "/actions/requeue", {"csrf": token, "queue": "emails", "ids": dead_id}
+    )
+    assert (reply.status, reply.header("location")) == (303, "/dead?requeued=1")
     assert (await store.get_job(dead_id)).state == "pending"
-    again = await client.post("/actions/requeue", {"csrf": token, "queue": "emails", "id": dead_id})
+    again = await client.post(
+        "/actions/requeue", {"csrf": token, "queue": "emails", "ids": dead_id}
+    )
     assert again.status == 409
     reply = await client.post("/actions/cancel", {"csrf": token, "queue": "emails", "id": pending})
     assert reply.status == 303
@@ -309,3 +315,68 @@ async def test_w8_bad_input_is_a_400_and_unknown_jobs_a_404(store):
         assert reply.status == 400
     assert (await client.post("/actions/drop", {"csrf": token, "queue": "emails"})).status == 404
     assert (await store.stats("emails")).queue("emails").live == 1
+
+
+async def test_w3_requeue_a_selection_counts_only_the_dead_jobs_of_the_queue(store):
+    dead = [await dead_job(store) for _ in range(3)]
+    live = int(await store.queue("emails").enqueue(b"live"))
+    client = Client(create_app(store))
+    confirm = await client.get(
+        f"/confirm?action=requeue&queue=emails&ids={dead[0]},{dead[1]},{live}"
+    )
+    assert "Requeue exactly 3 dead jobs of queue emails" in confirm.text
+    token = form_token(confirm.text)
+    ids = f"{dead[0]},{dead[1]},{live}"
+    reply = await client.post("/actions/requeue", {"csrf": token, "queue": "emails", "ids": ids})
+    assert reply.header("location") == "/dead?requeued=2"
+    assert [(await store.get_job(i)).state for i in dead] == ["pending", "pending", "dead"]
+    assert "Requeued 2 jobs." in (await client.get("/dead?requeued=2")).text
+    for bad in ("", "1,x", ",".join(["1"] * 1001), "-1"):
+        reply = await client.post(
+            "/actions/requeue", {"csrf": token, "queue": "emails", "ids": bad}
+        )
+        assert reply.status == 400, bad
+
+
+async def test_w3_limits_are_set_and_cleared_through_the_store(store):
+    await store.queue("api").enqueue(b"x")
+    client = Client(create_app(store))
+    token = form_token((await client.get("/limits?queue=api")).text)
+    form = {"csrf": token, "queue": "api", "max_running": "4", "rate_per_s": "10", "burst": ""}
+    reply = await client.post("/actions/limits", {**form, "max_running_per_key": "2"})
+    assert reply.status == 303
+    limits = await store.queue("api").limits()
+    assert (limits.max_running, limits.rate_per_s, limits.burst, limits.max_running_per_key) == (
+        4,
+        10.0,
+        10,
+        2,
+    )
+    page = (await client.get("/limits?queue=api")).text
+    assert 'name="max_running" inputmode="numeric" value="4"' in page
+    cleared = {"csrf": token, "queue": "api", "max_running": "", "rate_per_s": "", "burst": ""}
+    assert (await client.post("/actions/limits", cleared)).status == 303
+    limits = await store.queue("api").limits()
+    assert (limits.max_running, limits.rate_per_s, limits.max_running_per_key) == (None, None, None)
+    for bad in ({"max_running": "0"}, {"max_running": "many"}, {"rate_per_s": "-1"}):
+        reply = await client.post("/actions/limits", {"csrf": token, "queue": "api", **bad})
+        assert reply.status == 400, bad
+    assert (await store.queue("api").limits()).max_running is None
+
+
+async def test_w1_workers_and_periodic_pages_show_who_holds_what(store):
+    from alkstore_trio import Periodic
+
+    q = store.queue("emails")
+    await q.enqueue_many([b"a", b"b"])
+    first = await q.claim_one("worker-one")
+    await q.claim_one("worker-two")
+    await store.fire_periodic([Periodic("digest", queue="emails", every_s=3600)])
+    client = Client(create_app(store))
+    page = (await client.get("/workers")).text
+    assert 'data-worker="worker-one"' in page
+    assert f"emails#{first.id}" in page
+    assert 'data-worker="worker-two"' in page
+    schedules = (await client.get("/periodic")).text
+    assert 'data-schedule="digest"' in schedules
+    assert "every:3600" in schedules
