@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from alkstore_trio import Worker
+from alkstore_trio import Periodic, Worker
 
 pytestmark = pytest.mark.xdist_group("browser")
 
@@ -34,8 +34,14 @@ async def test_w1_every_page_loads_in_the_browser(browser, pg_store, tmp_path):
     job = int(await emails.enqueue(b'{"to": "ops@example.com"}', headers={"trace": "abc"}))
     await emails.enqueue_many([b"later"] * 3, delay_s=3600)
     dead_id = await dead_job(pg_store, "emails", "smtp: 550 mailbox unavailable")
+    for _ in range(2):
+        await dead_job(pg_store, "emails", "smtp: 550 mailbox unavailable")
+    await dead_job(pg_store, "emails", "TimeoutError: smtp.example.com:25")
     await dead_job(pg_store, "reports", "KeyError: 'customer'")
     await pg_store.queue("reports").set_limits(max_running=2, rate_per_s=5)
+    await pg_store.queue("reports").enqueue_many([b'{"report": "daily"}'] * 2)
+    held = await pg_store.queue("reports").claim_batch("host-a:4711:9f2c", 2)
+    await pg_store.fire_periodic([Periodic("nightly-digest", queue="reports", cron="0 6 * * *")])
 
     await browser.open("/")
     await browser.wait_for('tr[data-queue="emails"]')
@@ -52,6 +58,13 @@ async def test_w1_every_page_loads_in_the_browser(browser, pg_store, tmp_path):
     await browser.wait_for(f'tr[data-job="{dead_id}"]')
     assert await browser.count("section.dead-queue") == 2
     await browser.screenshot("dead", tmp_path)
+    await browser.open("/workers")
+    await browser.wait_for('tr[data-worker="host-a:4711:9f2c"]')
+    assert f"reports#{held[0].id}" in " ".join(await browser.texts("#workers td"))
+    await browser.screenshot("workers", tmp_path)
+    await browser.open("/periodic")
+    await browser.wait_for('tr[data-schedule="nightly-digest"]')
+    await browser.screenshot("periodic", tmp_path)
     await browser.open(f"/confirm?action=requeue&queue=emails&ids={dead_id}")
     assert "exactly 1 dead job" in (await browser.texts("#question"))[0]
     # htmx loaded (the CSP let it run), and the overview's table refreshes through it.

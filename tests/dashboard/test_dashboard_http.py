@@ -7,7 +7,7 @@ import base64
 import re
 
 import pytest
-from conftest import Client
+from _dashboard_client import Client
 
 from alkstore_trio import InvalidArgument
 from alkstore_trio.dashboard import Auth, check_bind, create_app, parse_bind, serve_dashboard

@@ -8,7 +8,7 @@ import secrets
 
 import psycopg
 import pytest
-from conftest import Client
+from _dashboard_client import Client
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
