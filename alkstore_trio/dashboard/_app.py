@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._errors import AlkstoreError, InvalidArgument
-from . import _views
+from . import _live, _views
 from ._security import CSRF_FIELD, MAX_FORM_BYTES, Auth, Guard, csrf_cookie, form_csrf_ok
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
-    from .._core import JobState
+    from .._core import JobState, StoreStats
     from .._store import Store
 
     #: A page's read: its template and the values it renders.
@@ -74,6 +74,7 @@ def create_app(
     auth: Auth | None = None,
     allowed_origins: Iterable[str] = (),
     redact: Callable[[str], str] | None = None,
+    refresh_s: float = REFRESH_S,
 ) -> Guard:
     """The dashboard as an ASGI app serving ``store``, to run or to mount (W1).
 
@@ -91,11 +92,18 @@ def create_app(
         redact: Applied to an error's text before it is logged (the command line masks
             the DSN's password with it); the pages never show an error's text from the
             store.
+        refresh_s: W9: seconds between two refreshes of the overview's table (> 0);
+            open pages share one ``stats`` reading per interval.
 
     Returns:
         The ASGI app.
+
+    Raises:
+        InvalidArgument: ``refresh_s`` is not a number of seconds > 0.
     """
-    pages = _Pages(store, redact or (lambda text: text))
+    if not isinstance(refresh_s, int | float) or not 0 < refresh_s < 86400:
+        raise InvalidArgument(f"refresh_s must be a number of seconds > 0; got {refresh_s!r}")
+    pages = _Pages(store, redact or (lambda text: text), float(refresh_s))
     app = Starlette(
         routes=[
             Route("/", pages.overview, name="overview"),
@@ -121,9 +129,22 @@ def create_app(
 class _Pages:
     """The route handlers, over one store."""
 
-    def __init__(self, store: Store, redact: Callable[[str], str]) -> None:
+    def __init__(self, store: Store, redact: Callable[[str], str], refresh_s: float) -> None:
         self._store = store
         self._redact = redact
+        self._refresh_s = refresh_s
+        # A page's refresh a little early still gets the shared reading.
+        self._shared = _live.SharedStats(store, refresh_s * 0.9)
+
+    def _overview_values(self, stats: StoreStats) -> dict[str, object]:
+        samples = list(self._shared.samples)
+        series = {q.queue: _live.rates(samples, q.queue) for q in stats.queues}
+        return {
+            "stats": stats,
+            "rates": series,
+            "sparkline": _live.sparkline,
+            "chart": (_live.CHART_WIDTH, _live.CHART_HEIGHT),
+        }
 
     async def _render(
         self, request: Request, template: str, status: int = 200, /, **context: object
@@ -134,7 +155,7 @@ class _Pages:
             csrf_field=CSRF_FIELD,
             csrf_token=request.state.csrf_token,
             read_only=request.state.read_only,
-            refresh_s=REFRESH_S,
+            refresh_s=f"{self._refresh_s:g}",
             **context,
         )
         return HTMLResponse(html, status_code=status)
@@ -146,6 +167,8 @@ class _Pages:
             return await self._render(
                 request, "problem.html", problem.status, message=problem.message
             )
+        except InvalidArgument as exc:  # W8: a value from the URL the store refused
+            return await self._render(request, "problem.html", 400, message=str(exc))
         except AlkstoreError as exc:
             return await self._store_failed(request, exc)
         return await self._render(request, template, 200, **values)
@@ -170,13 +193,17 @@ class _Pages:
 
     async def overview(self, request: Request) -> Response:
         async def page() -> tuple[str, dict[str, object]]:
-            return "overview.html", {"stats": await self._store.stats()}
+            stats = await self._shared.read(fresh=True)
+            return "overview.html", self._overview_values(stats)
 
         return await self._run(request, page)
 
     async def overview_table(self, request: Request) -> Response:
+        """W9: the table the open overviews refresh, from one shared reading."""
+
         async def page() -> tuple[str, dict[str, object]]:
-            return "overview_table.html", {"stats": await self._store.stats()}
+            stats = await self._shared.read()
+            return "overview_table.html", self._overview_values(stats)
 
         return await self._run(request, page)
 
@@ -192,10 +219,7 @@ class _Pages:
             after = _int_param(params, "after")
             jobs = []
             if queue is not None:
-                try:
-                    handle = self._store.queue(queue)
-                except InvalidArgument as exc:
-                    raise _Problem(400, str(exc)) from None
+                handle = self._store.queue(queue)
                 jobs = await handle.list_jobs(state, limit=PAGE_SIZE + 1, after_id=after)
             more = len(jobs) > PAGE_SIZE
             jobs = jobs[:PAGE_SIZE]
@@ -214,10 +238,7 @@ class _Pages:
     async def job(self, request: Request) -> Response:
         async def page() -> tuple[str, dict[str, object]]:
             job_id: int = request.path_params["job_id"]
-            try:
-                job = await self._store.get_job(job_id)
-            except InvalidArgument as exc:
-                raise _Problem(400, str(exc)) from None
+            job = await self._store.get_job(job_id)
             if job is None:
                 raise _Problem(
                     404,

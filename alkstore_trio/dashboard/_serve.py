@@ -29,6 +29,7 @@ async def serve_dashboard(
     auth: Auth | None = None,
     allowed_origins: Iterable[str] = (),
     redact: Callable[[str], str] | None = None,
+    refresh_s: float = 5.0,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the dashboard of ``store`` on ``bind`` until cancelled.
@@ -37,7 +38,7 @@ async def serve_dashboard(
         store: An open store, kept open while this runs.
         bind: ``HOST:PORT``; port 0 picks a free port. W2: a host that is not loopback
             needs ``auth``.
-        read_only, auth, allowed_origins, redact: As for :func:`create_app`.
+        read_only, auth, allowed_origins, redact, refresh_s: As for :func:`create_app`.
         task_status: Started with the URLs it serves (``nursery.start`` returns them).
 
     Raises:
@@ -47,7 +48,12 @@ async def serve_dashboard(
     host, _ = parse_bind(bind)
     check_bind(host, auth)
     app = create_app(
-        store, read_only=read_only, auth=auth, allowed_origins=allowed_origins, redact=redact
+        store,
+        read_only=read_only,
+        auth=auth,
+        allowed_origins=allowed_origins,
+        redact=redact,
+        refresh_s=refresh_s,
     )
     config = Config()
     config.bind = [bind]

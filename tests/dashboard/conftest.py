@@ -217,10 +217,25 @@ class Browser:
 
 
 @pytest.fixture
-async def browser(chromium, pg_store, nursery):
-    """The dashboard of ``pg_store`` served on a free loopback port, and the browser on
-    it (its cookies cleared: each test starts as a new visitor)."""
-    urls = await nursery.start(serve_dashboard, pg_store, "127.0.0.1:0")
-    base = next(u for u in urls if u.startswith("http://127.0.0.1:"))
-    await trio.to_thread.run_sync(chromium.delete_all_cookies)
-    return Browser(chromium, base)
+async def open_browser(chromium, pg_store, nursery):
+    """``await open_browser(**options)``: the dashboard of ``pg_store`` served with these
+    ``serve_dashboard`` options on a free loopback port, and the browser on it (its
+    cookies cleared: each test starts as a new visitor)."""
+
+    async def start(**options):
+        urls = await nursery.start(
+            lambda task_status: serve_dashboard(
+                pg_store, "127.0.0.1:0", task_status=task_status, **options
+            )
+        )
+        base = next(u for u in urls if u.startswith("http://127.0.0.1:"))
+        await trio.to_thread.run_sync(chromium.delete_all_cookies)
+        return Browser(chromium, base)
+
+    return start
+
+
+@pytest.fixture
+async def browser(open_browser):
+    """The dashboard of ``pg_store`` with its defaults, and the browser on it."""
+    return await open_browser()

@@ -72,6 +72,24 @@ async def test_w1_every_page_loads_in_the_browser(browser, pg_store, tmp_path):
     assert await browser.script("return typeof window.htmx") == "object"
 
 
+async def test_w9_the_overview_refreshes_itself_with_the_rates(open_browser, pg_store):
+    """htmx, allowed by the CSP, swaps in the refreshed table: the acked rate appears
+    without a reload (the dashboard refreshes every 0.3 s here)."""
+    browser = await open_browser(refresh_s=0.3)
+    q = pg_store.queue("live")
+    await q.enqueue_many([b"x"] * 4)
+    await browser.open("/")
+    await browser.wait_for('tr[data-queue="live"]')
+    assert await browser.count(".acked-rate") == 0
+    await browser.script("document.body.dataset.loaded = 'yes'")
+    for handle in await q.claim_batch("w", 4):
+        await handle.ack()
+    await browser.wait_for_text('tr[data-queue="live"] td.num:nth-child(9)', "4")
+    await browser.wait_for('tr[data-queue="live"] .acked-rate')
+    await browser.wait_for('tr[data-queue="live"] svg.spark polyline')
+    assert await browser.script("return document.body.dataset.loaded") == "yes"  # no reload
+
+
 async def test_w3_requeue_a_dead_job_and_see_it_leave_the_dead_list(browser, pg_store):
     dead_id = await dead_job(pg_store, "emails", "smtp: 550")
     other = await dead_job(pg_store, "emails", "smtp: 550")

@@ -309,6 +309,9 @@ async def test_w8_bad_input_is_a_400_and_unknown_jobs_a_404(store):
     assert (await client.get("/jobs?queue=emails&after=abc")).status == 400
     assert (await client.get("/jobs?queue=" + "q" * 300)).status == 400
     assert (await client.get("/jobs/999999")).status == 404
+    assert (await client.get("/jobs?queue=emails&after=99999999999999999999")).status == 400
+    assert (await client.get("/confirm?action=cancel&id=-99999999999999999999")).status == 400
+    assert (await client.get("/dead?queue=" + "q" * 300)).status == 200  # a filter, no read
     assert (await client.get("/confirm?action=drop&id=1")).status == 400
     for form in ({"queue": "emails", "id": "x"}, {"queue": "", "id": "1"}, {"queue": "emails"}):
         reply = await client.post("/actions/cancel", {"csrf": token, **form})
