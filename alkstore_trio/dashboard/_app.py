@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .._core import QueueLimits
 from .._errors import AlkstoreError, InvalidArgument
 from . import _live, _views
 from ._security import CSRF_FIELD, MAX_FORM_BYTES, Auth, Guard, csrf_cookie, form_csrf_ok
@@ -42,6 +43,8 @@ STATES: Final = ("pending", "processing", "cancelling", "dead", "completed", "ca
 PAGE_SIZE: Final = 50
 #: Dead jobs of one queue the dead-letter page groups (the oldest first).
 DEAD_SCAN: Final = 1000
+#: Dead jobs a group lists (its requeue takes all of the group's).
+DEAD_ROWS_SHOWN: Final = 20
 #: Processing jobs of one queue the workers page reads.
 WORKERS_SCAN: Final = 1000
 #: Seconds between two refreshes of the overview's table.
@@ -193,7 +196,7 @@ class _Pages:
 
     async def overview(self, request: Request) -> Response:
         async def page() -> tuple[str, dict[str, object]]:
-            stats = await self._shared.read(fresh=True)
+            stats = await self._shared.read()
             return "overview.html", self._overview_values(stats)
 
         return await self._run(request, page)
@@ -210,7 +213,7 @@ class _Pages:
     async def jobs(self, request: Request) -> Response:
         async def page() -> tuple[str, dict[str, object]]:
             params = request.query_params
-            stats = await self._store.stats()
+            stats = await self._shared.read()
             queues = [entry.queue for entry in stats.queues]
             queue = params.get("queue") or (queues[0] if queues else None)
             state = params.get("state") or "pending"
@@ -257,7 +260,7 @@ class _Pages:
 
     async def dead(self, request: Request) -> Response:
         async def page() -> tuple[str, dict[str, object]]:
-            stats = await self._store.stats()
+            stats = await self._shared.read()
             wanted = request.query_params.get("queue")
             queues = [e for e in stats.queues if e.dead and (wanted in (None, "", e.queue))]
             sections = []
@@ -268,6 +271,7 @@ class _Pages:
             return "dead.html", {
                 "sections": sections,
                 "scan": DEAD_SCAN,
+                "rows_per_group": DEAD_ROWS_SHOWN,
                 "queue": wanted,
                 "requeued": requeued,
             }
@@ -306,7 +310,7 @@ class _Pages:
         """Who holds which jobs: the processing and cancelling rows by ``claimed_by``."""
 
         async def page() -> tuple[str, dict[str, object]]:
-            stats = await self._store.stats()
+            stats = await self._shared.read()
             held = []
             for entry in stats.queues:
                 if not (entry.processing or entry.cancelling):
@@ -333,7 +337,8 @@ class _Pages:
     async def limits(self, request: Request) -> Response:
         async def page() -> tuple[str, dict[str, object]]:
             name = _queue_name(self._store, request.query_params.get("queue", ""))
-            limits = await self._store.queue(name).limits()
+            entry = (await self._shared.read()).queue(name)
+            limits = entry.limits if entry is not None and entry.limits else QueueLimits()
             return "limits.html", {"queue": name, "limits": limits}
 
         return await self._run(request, page)
@@ -353,7 +358,10 @@ class _Pages:
             )
         action = request.path_params["action"]
         try:
-            target = await self._act(action, form)
+            try:
+                target = await self._act(action, form)
+            finally:
+                self._shared.invalidate()  # the next page shows the action's effect
         except _Problem as problem:
             return await self._render(
                 request, "problem.html", problem.status, message=problem.message

@@ -1,10 +1,13 @@
-"""The overview's live part: one ``stats`` reading shared by every open page, and the
-acked and dead-lettered rates drawn from the readings (W9).
+"""One ``stats`` reading shared by every page, and the acked and dead-lettered rates
+drawn from the readings (W9).
 
-Why shared: each open overview asks for its table every few seconds. Reading the store
-for each would cost the database one ``stats`` per page per interval; instead a reading
-younger than the interval is handed to every page that asks, and only the first asker
-after that reads again (the others wait for its reading rather than start their own).
+Why shared: each open overview asks for its table every few seconds, and the other pages
+need the queues' names, counts and limits too. ``stats`` counts rows, so its cost grows
+with the backlog (hundreds of milliseconds at 100,000 rows on a loaded machine). Reading
+it for each page would cost the database one count per page per interval; instead a
+reading younger than the interval is handed to every page that asks, and only the first
+asker after that reads again (the others wait for its reading rather than start their
+own). An action forgets the reading, so the page after it shows the action's effect.
 The readings kept form the rates' time series: the ``*_total`` counters only grow
 (D27), so two readings give a rate.
 """
@@ -101,12 +104,16 @@ class SharedStats:
         self._last: tuple[float, StoreStats] | None = None
         self.samples: deque[Sample] = deque(maxlen=SERIES_LENGTH)
 
-    async def read(self, *, fresh: bool = False) -> StoreStats:
-        """A reading at most ``max_age_s`` old (``fresh``: a new one, as a page load
-        after an action wants); one ``stats`` call for all concurrent callers."""
+    def invalidate(self) -> None:
+        """Forget the reading: after an action, the next page reads afresh."""
+        self._last = None
+
+    async def read(self) -> StoreStats:
+        """A reading at most ``max_age_s`` old, and none from before the last
+        :meth:`invalidate`; one ``stats`` call for all concurrent callers."""
         async with self._lock:
             now = trio.current_time()
-            if not fresh and self._last is not None and now - self._last[0] < self._max_age_s:
+            if self._last is not None and now - self._last[0] < self._max_age_s:
                 return self._last[1]
             stats = await self._store.stats()
             self._last = (trio.current_time(), stats)

@@ -295,7 +295,7 @@ async def test_w7_a_store_error_shows_its_type_only(store, caplog):
     client = Client(create_app(store, redact=lambda text: text.replace("s3cret", "***")))
     await client.get("/")
     await store.aclose()
-    reply = await client.get("/")
+    reply = await client.get("/jobs/1")
     assert reply.status == 503
     assert "StoreClosed" in reply.text
     assert all("s3cret" not in r.getMessage() for r in caplog.records)
@@ -383,3 +383,12 @@ async def test_w1_workers_and_periodic_pages_show_who_holds_what(store):
     schedules = (await client.get("/periodic")).text
     assert 'data-schedule="digest"' in schedules
     assert "every:3600" in schedules
+
+
+async def test_w1_a_large_error_group_lists_20_jobs_and_requeues_all(store):
+    ids = [await dead_job(store, error="same") for _ in range(25)]
+    client = Client(create_app(store))
+    page = (await client.get("/dead")).text
+    assert len(re.findall(r'<tr data-job="', page)) == 20
+    assert "and 5 more" in page
+    assert f"ids={','.join(map(str, ids))}" in page
