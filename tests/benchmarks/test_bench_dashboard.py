@@ -76,9 +76,8 @@ async def test_bench_dashboard_pages_with_a_million_jobs(pg_dsn):
             conn.execute(pgsql.SQL(_LOAD_DEAD).format(schema=quoted), {"rows": DEAD})
             conn.execute(pgsql.SQL("ANALYZE {}.jobs").format(quoted))
             conn.execute(pgsql.SQL("ANALYZE {}.dead_jobs").format(quoted))
-            print(
-                f"\nloaded {PENDING} jobs and {DEAD} dead rows in {time.monotonic() - started:.0f} s"
-            )
+            loaded_s = time.monotonic() - started
+            print(f"\nloaded {PENDING} jobs and {DEAD} dead rows in {loaded_s:.0f} s")
             (first,) = conn.execute(
                 pgsql.SQL("SELECT min(id) FROM {}.jobs").format(quoted)
             ).fetchone()
@@ -95,7 +94,9 @@ async def test_bench_dashboard_pages_with_a_million_jobs(pg_dsn):
                     "overview": "/",
                     "overview refresh": "/fragments/overview",
                     "jobs, first page": "/jobs?queue=orders&state=pending",
-                    "jobs, halfway": f"/jobs?queue=orders&state=pending&after={first + PENDING // 2}",
+                    "jobs, halfway": (
+                        f"/jobs?queue=orders&state=pending&after={first + PENDING // 2}"
+                    ),
                     "jobs, dead": "/jobs?queue=orders&state=dead",
                     "job": f"/jobs/{first + PENDING // 8}",
                     "dead letters": "/dead",
