@@ -295,7 +295,8 @@ class _Pages:
                 return "confirm.html", {"action": action, "job": job, "queue": job.queue}
             if action == "requeue":
                 queue = _queue_name(self._store, params.get("queue", ""))
-                ids = _ids_param(params)
+                # A selection's checkboxes send ids=1&ids=2; a link sends ids=1,2.
+                ids = _ids_param({"ids": ",".join(params.getlist("ids"))})
                 return "confirm.html", {
                     "action": action,
                     "queue": queue,

@@ -126,6 +126,20 @@ async def test_w3_requeue_a_whole_error_group_after_a_confirmation_with_its_coun
     assert (await pg_store.get_job(lone)).state == "dead"
 
 
+async def test_w3_requeue_a_selection_of_dead_jobs(browser, pg_store):
+    ids = [await dead_job(pg_store, "emails", f"error {i}") for i in range(4)]
+    await browser.open("/dead?queue=emails")
+    await browser.click(f'tr[data-job="{ids[0]}"] input[type=checkbox]')
+    await browser.click(f'tr[data-job="{ids[2]}"] input[type=checkbox]')
+    await browser.click("button.requeue-selected")
+    await browser.wait_for("#question")
+    assert "Requeue exactly 2 dead jobs of queue emails" in (await browser.texts("#question"))[0]
+    await browser.click("#confirm")
+    await browser.wait_for("#requeued")
+    states = [(await pg_store.get_job(i)).state for i in ids]
+    assert states == ["pending", "dead", "pending", "dead"]
+
+
 async def test_w1_edit_a_queues_limits(browser, pg_store):
     await pg_store.queue("api").enqueue(b"x")
     await browser.open("/")
