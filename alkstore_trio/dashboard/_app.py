@@ -78,6 +78,7 @@ def create_app(
     allowed_origins: Iterable[str] = (),
     redact: Callable[[str], str] | None = None,
     refresh_s: float = REFRESH_S,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Guard:
     """The dashboard as an ASGI app serving ``store``, to run or to mount (W1).
 
@@ -95,6 +96,9 @@ def create_app(
         redact: Applied to an error's text before it is logged (the command line masks
             the DSN's password with it); the pages never show an error's text from the
             store.
+        allowed_hosts: W2: the only ``Host`` names answered (``localhost``, ``[::1]``),
+            anything else gets ``421``; ``None`` answers any (your service checks).
+            :func:`serve_dashboard` sets it when it serves without auth.
         refresh_s: W9: seconds between two refreshes of the overview's table (> 0);
             open pages share one ``stats`` reading per interval.
 
@@ -126,7 +130,13 @@ def create_app(
             ),
         ]
     )
-    return Guard(app, auth=auth, read_only=read_only, allowed_origins=allowed_origins)
+    return Guard(
+        app,
+        auth=auth,
+        read_only=read_only,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+    )
 
 
 class _Pages:

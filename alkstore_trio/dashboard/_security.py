@@ -191,6 +191,37 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _hostname(host: str | None) -> str | None:
+    """The name of a ``Host`` header, without its port (``[::1]`` for IPv6)."""
+    if host is None:
+        return None
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.rpartition(":")[0] if ":" in host else host
+
+
+#: The names a browser uses for a loopback address: the only ones a dashboard bound to
+#: loopback without auth answers to (W2).
+LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+def served_hosts(
+    bind_host: str, auth: Auth | None, allowed_origins: Iterable[str]
+) -> frozenset[str] | None:
+    """W2: the ``Host`` names the server answers to: without auth, the loopback names,
+    the bind address and the allowed origins' names; with auth, any (``None``)."""
+    if auth is not None:
+        return None
+    bound = bind_host.lower()
+    if ":" in bound and not bound.startswith("["):
+        bound = f"[{bound}]"  # an IPv6 address, as a Host header writes it
+    names = {*LOOPBACK_HOSTS, bound}
+    for origin in allowed_origins:
+        names.add(_hostname(urllib.parse.urlsplit(origin).netloc) or "")
+    return frozenset(names - {""})
+
+
 def _origin_netloc(scope: Scope) -> str | None:
     """The ``host[:port]`` a POST says it comes from: its Origin, else its Referer."""
     for name in (b"origin", b"referer"):
@@ -211,17 +242,24 @@ class Guard:
         auth: Auth | None,
         read_only: bool,
         allowed_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] | None = None,
     ) -> None:
         self._app = app
         self._auth = auth
         self._read_only = read_only
         self._allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+        self._hosts = None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan":
                 await self._app(scope, receive, send)
             return  # no websockets
+        if self._hosts is not None and _hostname(_header(scope, b"host")) not in self._hosts:
+            # W2: a page on another site whose name was re-pointed at this address (DNS
+            # rebinding) would be same-origin with it: refuse any Host but ours.
+            await _refuse(send, 421, "refused: this dashboard is not served under that name", [])
+            return
         if self._auth is not None and not self._auth.allows(_header(scope, b"authorization")):
             await _refuse(
                 send,
@@ -249,15 +287,7 @@ class Guard:
                 headers = list(message.get("headers", []))
                 headers.extend(SECURITY_HEADERS)
                 if cookie is None:
-                    path = (scope.get("root_path") or "") + "/"
-                    headers.append(
-                        (
-                            b"set-cookie",
-                            f"{CSRF_COOKIE}={token}; Path={path}; HttpOnly; SameSite=Strict".encode(
-                                "latin-1"
-                            ),
-                        )
-                    )
+                    headers.append((b"set-cookie", _cookie(scope, token)))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -278,6 +308,15 @@ class Guard:
         if cookie is None:
             return "refused: no CSRF cookie (reload the page and try again)"
         return None
+
+
+def _cookie(scope: Scope, token: str) -> bytes:
+    """W3's CSRF cookie: for the app's path (its mount prefix), unreadable by scripts,
+    never sent cross-site, and over HTTPS only when served over HTTPS."""
+    path = (scope.get("root_path") or "") + "/"
+    secure = "; Secure" if scope.get("scheme") == "https" else ""
+    value = f"{CSRF_COOKIE}={token}; Path={path}; HttpOnly; SameSite=Strict{secure}"
+    return value.encode("latin-1")
 
 
 def form_csrf_ok(form: Mapping[str, str], cookie: str | None) -> bool:

@@ -10,7 +10,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from ._app import create_app
-from ._security import check_bind, parse_bind
+from ._security import check_bind, parse_bind, served_hosts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -37,7 +37,8 @@ async def serve_dashboard(
     Args:
         store: An open store, kept open while this runs.
         bind: ``HOST:PORT``; port 0 picks a free port. W2: a host that is not loopback
-            needs ``auth``.
+            needs ``auth``; without ``auth`` only requests for the loopback names, the
+            bind address and the allowed origins' names are answered (DNS rebinding).
         read_only, auth, allowed_origins, redact, refresh_s: As for :func:`create_app`.
         task_status: Started with the URLs it serves (``nursery.start`` returns them).
 
@@ -47,6 +48,7 @@ async def serve_dashboard(
     """
     host, _ = parse_bind(bind)
     check_bind(host, auth)
+    allowed_origins = list(allowed_origins)
     app = create_app(
         store,
         read_only=read_only,
@@ -54,6 +56,7 @@ async def serve_dashboard(
         allowed_origins=allowed_origins,
         redact=redact,
         refresh_s=refresh_s,
+        allowed_hosts=served_hosts(host, auth, allowed_origins),
     )
     config = Config()
     config.bind = [bind]

@@ -39,7 +39,9 @@ class Client:
     host: str = "dash.test"
     cookies: dict[str, str] = field(default_factory=dict)
 
-    async def request(self, method, path, *, form=None, headers=(), body=None, root_path=""):
+    async def request(
+        self, method, path, *, form=None, headers=(), body=None, root_path="", scheme="http"
+    ):
         if form is not None:
             body = urllib.parse.urlencode(form).encode()
             headers = [*headers, ("content-type", "application/x-www-form-urlencoded")]
@@ -53,7 +55,7 @@ class Client:
             "asgi": {"version": "3.0"},
             "http_version": "1.1",
             "method": method,
-            "scheme": "http",
+            "scheme": scheme,
             "path": root_path + path,
             "raw_path": (root_path + path).encode(),
             "root_path": root_path,

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.error
 import urllib.request
 
+import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -40,6 +42,11 @@ async def test_w1_the_command_serves_the_store_and_hides_the_password(pg_dsn, sc
         page = await trio.to_thread.run_sync(lambda: urllib.request.urlopen(url + "/").read())
         assert b'data-queue="emails"' in page
         assert PASSWORD.encode() not in page
+        rebound = urllib.request.Request(url + "/", headers={"Host": "evil.test"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            await trio.to_thread.run_sync(lambda: urllib.request.urlopen(rebound))
+        refused.value.close()
+        assert refused.value.code == 421
     finally:
         process.terminate()
         with trio.move_on_after(10):

@@ -11,7 +11,7 @@ from _dashboard_client import Client
 
 from alkstore_trio import InvalidArgument
 from alkstore_trio.dashboard import Auth, check_bind, create_app, parse_bind, serve_dashboard
-from alkstore_trio.dashboard._security import BASIC_AUTH_ENV, TOKEN_ENV
+from alkstore_trio.dashboard._security import BASIC_AUTH_ENV, TOKEN_ENV, served_hosts
 
 PROBES = ("<script>window.__xss=1</script>", '"><img src=x onerror="window.__xss=2">')
 
@@ -392,3 +392,32 @@ async def test_w1_a_large_error_group_lists_20_jobs_and_requeues_all(store):
     assert len(re.findall(r'<tr data-job="', page)) == 20
     assert "and 5 more" in page
     assert f"ids={','.join(map(str, ids))}" in page
+
+
+async def test_w2_without_auth_only_our_own_host_names_are_answered(store):
+    """DNS rebinding: a page of evil.test whose name now points at 127.0.0.1 is
+    same-origin with the dashboard; its requests carry ``Host: evil.test``."""
+    hosts = served_hosts("127.0.0.1", None, ["https://ops.example.com"])
+    assert hosts == {"localhost", "127.0.0.1", "[::1]", "ops.example.com"}
+    assert served_hosts("::1", None, ()) == {"localhost", "127.0.0.1", "[::1]"}
+    assert served_hosts("0.0.0.0", Auth(token="t" * 16), ()) is None
+    app = create_app(store, allowed_hosts=hosts)
+    for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "ops.example.com"):
+        assert (await Client(app, host=host).get("/")).status == 200, host
+    for host in ("evil.test", "evil.test:8080", "127.0.0.1.evil.test", "[::2]:8080"):
+        reply = await Client(app, host=host).get("/")
+        assert reply.status == 421, host
+    rebound = Client(app, host="evil.test:8080")
+    refused = await rebound.post(
+        "/actions/pause", {"csrf": "x" * 43, "queue": "emails"}, origin="http://evil.test:8080"
+    )
+    assert refused.status == 421
+    assert (await Client(create_app(store), host="any.example").get("/")).status == 200
+
+
+async def test_w3_the_csrf_cookie_is_secure_over_https(store):
+    client = Client(create_app(store))
+    plain = await client.get("/")
+    assert "; Secure" not in plain.header("set-cookie")
+    secure = await Client(create_app(store)).get("/", scheme="https")
+    assert secure.header("set-cookie").endswith("SameSite=Strict; Secure")
