@@ -1,4 +1,4 @@
-"""``alkstore-trio dashboard``: serve the web dashboard (W1–W7) of a PostgreSQL store.
+"""``alkstore-trio dashboard``: serve the web dashboard (W1–W9) of a PostgreSQL store.
 
 The dashboard's libraries come with the ``dashboard`` extra and are imported only when
 the command runs, so the rest of the command line never needs them.

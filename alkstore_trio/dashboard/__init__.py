@@ -3,7 +3,7 @@
 It needs the ``dashboard`` extra (``pip install 'alkstore_trio[dashboard]'``): Starlette,
 Jinja2 and Hypercorn, all running on trio. :func:`create_app` makes the app around an open
 :class:`~alkstore_trio.Store`, to mount in your own service; :func:`serve_dashboard` serves
-it with Hypercorn's trio worker. The rules it keeps are W1–W7 of the contract.
+it with Hypercorn's trio worker. The rules it keeps are W1–W9 of the contract.
 """
 
 from ._app import create_app as create_app

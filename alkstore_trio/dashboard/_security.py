@@ -66,7 +66,14 @@ SECURITY_HEADERS: Final = (
 @dataclass(frozen=True, repr=False)
 class Auth:
     """Who may use the dashboard (W2): a bearer token, a basic-auth user and password,
-    or both. ``repr`` shows neither secret."""
+    or both. ``repr`` shows neither secret.
+
+    Attributes:
+        token: Accepted as ``Authorization: Bearer TOKEN``, or as the basic-auth password
+            with any user name.
+        user: The basic-auth user name (with ``password``).
+        password: The basic-auth password (with ``user``).
+    """
 
     token: str | None = None
     user: str | None = None
@@ -233,7 +240,7 @@ def _origin_netloc(scope: Scope) -> str | None:
 
 
 class Guard:
-    """The ASGI middleware of W2–W5 around the dashboard's pages (see the module)."""
+    """The ASGI middleware of W2–W5 (and W2's Host check) around the dashboard's pages (see the module)."""
 
     def __init__(
         self,
