@@ -4,6 +4,8 @@ Why a middleware of our own rather than a framework's: the checks are few, and e
 hold for every route, including routes added later, so they sit in front of all of them
 and the pages never see a request that failed one. In order:
 
+0. **Host** (W2), when a list is given (``serve_dashboard`` without auth): a request
+   for another name than ours is refused (DNS rebinding).
 1. **Authentication** (W2), when configured: an ``Authorization`` header with the bearer
    token, or HTTP basic auth with the configured user and password (or any user and the
    token as password, so a browser can log in with a token too). Compared in constant
@@ -240,7 +242,7 @@ def _origin_netloc(scope: Scope) -> str | None:
 
 
 class Guard:
-    """The ASGI middleware of W2–W5 (and W2's Host check) around the dashboard's pages (see the module)."""
+    """The ASGI middleware of W2–W5 around the dashboard's pages (see the module)."""
 
     def __init__(
         self,
