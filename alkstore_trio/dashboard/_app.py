@@ -57,7 +57,6 @@ _TEMPLATES = jinja2.Environment(
 )
 _TEMPLATES.filters["iso"] = _views.iso
 _TEMPLATES.filters["age"] = _views.age
-_TEMPLATES.filters["one_line"] = _views.one_line
 _TEMPLATES.filters["list_preview"] = _views.list_preview
 
 
@@ -108,7 +107,9 @@ def create_app(
     Raises:
         InvalidArgument: ``refresh_s`` is not a number of seconds > 0.
     """
-    if not isinstance(refresh_s, int | float) or not 0 < refresh_s < 86400:
+    if isinstance(refresh_s, bool) or not isinstance(refresh_s, int | float):
+        raise InvalidArgument(f"refresh_s must be a number of seconds > 0; got {refresh_s!r}")
+    if not 0 < refresh_s < 86400:
         raise InvalidArgument(f"refresh_s must be a number of seconds > 0; got {refresh_s!r}")
     pages = _Pages(store, redact or (lambda text: text), float(refresh_s))
     app = Starlette(
@@ -234,6 +235,8 @@ class _Pages:
             if queue is not None:
                 handle = self._store.queue(queue)
                 jobs = await handle.list_jobs(state, limit=PAGE_SIZE + 1, after_id=after)
+                if queue not in queues:  # only kept rows, or none yet: still choosable
+                    queues.insert(0, queue)
             more = len(jobs) > PAGE_SIZE
             jobs = jobs[:PAGE_SIZE]
             return "jobs.html", {
@@ -362,7 +365,11 @@ class _Pages:
         body = await _read_body(request)
         if body is None:
             return await self._render(request, "problem.html", 413, message="form too large")
-        form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=20))
+        try:
+            fields = urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=20)
+        except ValueError:
+            return await self._render(request, "problem.html", 400, message="too many fields")
+        form = dict(fields)
         if not form_csrf_ok(form, csrf_cookie(request.scope)):
             return await self._render(
                 request, "problem.html", 403, message="refused: missing or wrong CSRF token"

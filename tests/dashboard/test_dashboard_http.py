@@ -317,6 +317,8 @@ async def test_w8_bad_input_is_a_400_and_unknown_jobs_a_404(store):
         reply = await client.post("/actions/cancel", {"csrf": token, **form})
         assert reply.status == 400
     assert (await client.post("/actions/drop", {"csrf": token, "queue": "emails"})).status == 404
+    many = {"csrf": token, "queue": "emails", **{f"f{i}": "x" for i in range(30)}}
+    assert (await client.post("/actions/pause", many)).status == 400
     assert (await store.stats("emails")).queue("emails").live == 1
 
 
@@ -421,3 +423,9 @@ async def test_w3_the_csrf_cookie_is_secure_over_https(store):
     assert "; Secure" not in plain.header("set-cookie")
     secure = await Client(create_app(store)).get("/", scheme="https")
     assert secure.header("set-cookie").endswith("SameSite=Strict; Secure")
+
+
+async def test_w8_a_bad_refresh_interval_is_refused(store):
+    for bad in (0, -1, float("nan"), float("inf"), True, "5", None):
+        with pytest.raises(InvalidArgument, match="refresh_s"):
+            create_app(store, refresh_s=bad)
