@@ -39,7 +39,11 @@ async def serve_dashboard(
         bind: ``HOST:PORT``; port 0 picks a free port. W2: a host that is not loopback
             needs ``auth``; without ``auth`` only requests for the loopback names, the
             bind address and the allowed origins' names are answered (DNS rebinding).
-        read_only, auth, allowed_origins, redact, refresh_s: As for :func:`create_app`.
+        read_only: As for :func:`create_app`.
+        auth: As for :func:`create_app`.
+        allowed_origins: As for :func:`create_app`.
+        redact: As for :func:`create_app`.
+        refresh_s: As for :func:`create_app`.
         task_status: Started with the URLs it serves (``nursery.start`` returns them).
 
     Raises:

@@ -133,10 +133,20 @@ class Browser:
         await self._run(self.driver.get, url)
 
     async def click(self, css: str) -> None:
+        """Click the element ``css``; found again if the overview's refresh swapped it
+        out between finding and clicking."""
+
         def click():
+            from selenium.common.exceptions import StaleElementReferenceException
             from selenium.webdriver.common.by import By
 
-            self.driver.find_element(By.CSS_SELECTOR, css).click()
+            for attempt in range(3):
+                try:
+                    self.driver.find_element(By.CSS_SELECTOR, css).click()
+                    return
+                except StaleElementReferenceException:
+                    if attempt == 2:
+                        raise
 
         await self._run(click)
 
@@ -153,18 +163,17 @@ class Browser:
         await self._run(type_)
 
     async def texts(self, css: str) -> list[str]:
-        def texts():
-            from selenium.webdriver.common.by import By
-
-            return [e.text for e in self.driver.find_elements(By.CSS_SELECTOR, css)]
-
-        return await self._run(texts)
+        """The visible text of every element ``css``, read in one step of the page's own
+        thread (a refresh cannot swap an element out halfway)."""
+        return await self.script(
+            "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText)", css
+        )
 
     async def count(self, css: str) -> int:
         return len(await self.texts(css))
 
-    async def script(self, source: str):
-        return await self._run(self.driver.execute_script, source)
+    async def script(self, source: str, *args):
+        return await self._run(self.driver.execute_script, source, *args)
 
     async def path(self) -> str:
         url = await self._run(lambda: self.driver.current_url)
@@ -186,17 +195,14 @@ class Browser:
 
     async def wait_for_text(self, css: str, text: str) -> None:
         """Until the first element matching ``css`` contains ``text``."""
+        read = "const e = document.querySelector(arguments[0]); return e ? e.innerText : null"
 
         def wait():
-            from selenium.webdriver.common.by import By
             from selenium.webdriver.support.ui import WebDriverWait
 
-            def shown(driver):
-                found = driver.find_elements(By.CSS_SELECTOR, css)
-                return bool(found) and text in found[0].text
-
             WebDriverWait(self.driver, WAIT_S, poll_frequency=0.05).until(
-                shown, message=f"{text!r} never appeared in {css}"
+                lambda d: text in (d.execute_script(read, css) or ""),
+                message=f"{text!r} never appeared in {css}",
             )
 
         await self._run(wait)

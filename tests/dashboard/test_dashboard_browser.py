@@ -160,7 +160,8 @@ async def test_w3_pause_a_queue_and_see_the_worker_stop_taking_its_jobs(browser,
 
     async def handler(job):
         ran.append(job.payload)
-        done[job.payload.decode()[0]].set()
+        if (event := done.get(job.payload.decode()[0])) is not None:
+            event.set()
 
     worker = Worker(pg_store, {"paused-q": handler, "other-q": handler}, poll_interval_s=0.1)
     async with trio.open_nursery() as nursery:
