@@ -77,8 +77,9 @@ async def run(args: argparse.Namespace) -> int:
     try:
         from .. import dashboard
     except ModuleNotFoundError as exc:
+        missing = (exc.name or "a module").partition(".")[0]
         raise CommandFailed(
-            f"the dashboard needs the dashboard extra ({exc.name} is missing): "
+            f"the dashboard needs the dashboard extra ({missing} is missing): "
             "pip install 'alkstore_trio[dashboard]'"
         ) from None
     try:

@@ -72,3 +72,21 @@ async def test_w2_the_command_refuses_a_bind_beyond_loopback_without_auth():
     assert short.returncode == 2
     assert "at least 16 characters" in short.stderr.decode()
     assert "short" not in short.stderr.decode().split("must")[0]
+
+
+def test_w1_without_the_extra_the_command_names_it(monkeypatch, capsys):
+    import alkstore_trio
+    from alkstore_trio._cli import main
+
+    for name in [m for m in sys.modules if m.startswith("alkstore_trio.dashboard")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(alkstore_trio, "dashboard", raising=False)
+    for name in [m for m in sys.modules if m == "starlette" or m.startswith("starlette.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    status = main(["dashboard", "--dsn", "postgresql://nobody@127.0.0.1:1/none"])
+    assert status == 1
+    assert capsys.readouterr().err == (
+        "alkstore-trio dashboard: the dashboard needs the dashboard extra (starlette is "
+        "missing): pip install 'alkstore_trio[dashboard]'\n"
+    )
