@@ -39,8 +39,8 @@ def add_parser(
         help="serve the web dashboard (needs the dashboard extra)",
         description=(
             "Serve the web dashboard on --bind until Ctrl-C: queues, jobs, dead letters, "
-            "and the actions pause, resume, cancel and requeue. It binds to loopback by "
-            "default; any other address needs ALKSTORE_DASHBOARD_TOKEN (a token of at "
+            "and the actions pause, resume, limits, cancel, requeue and purge. It binds to "
+            "loopback by default; any other address needs ALKSTORE_DASHBOARD_TOKEN (a token of at "
             "least 16 characters) or ALKSTORE_DASHBOARD_BASIC_AUTH (USER:PASSWORD) in the "
             "environment, or it refuses to start. --read-only shows no actions and "
             "refuses every POST (a role with SELECT only is then enough). Needs "

@@ -281,19 +281,21 @@ class _Pages:
                 jobs = await self._store.queue(entry.queue).list_jobs("dead", limit=DEAD_SCAN)
                 sections.append((entry, _views.group_by_error(jobs)))
             requeued = _int_param(request.query_params, "requeued")
+            purged = _int_param(request.query_params, "purged")
             return "dead.html", {
                 "sections": sections,
                 "scan": DEAD_SCAN,
                 "rows_per_group": DEAD_ROWS_SHOWN,
                 "queue": wanted,
                 "requeued": requeued,
+                "purged": purged,
             }
 
         return await self._run(request, page)
 
     async def confirm(self, request: Request) -> Response:
         """A page that states exactly what an action will do, with the POST form:
-        cancel one job (``id``), or requeue the dead jobs ``ids`` of ``queue``."""
+        cancel one job (``id``), or requeue or purge the dead jobs ``ids`` of ``queue``."""
 
         async def page() -> tuple[str, dict[str, object]]:
             params = request.query_params
@@ -306,7 +308,7 @@ class _Pages:
                 if job is None:
                     raise _Problem(404, f"no job {job_id}")
                 return "confirm.html", {"action": action, "job": job, "queue": job.queue}
-            if action == "requeue":
+            if action in ("requeue", "purge"):
                 queue = _queue_name(self._store, params.get("queue", ""))
                 # A selection's checkboxes send ids=1&ids=2; a link sends ids=1,2.
                 ids = _ids_param({"ids": ",".join(params.getlist("ids"))})
@@ -316,7 +318,7 @@ class _Pages:
                     "ids": ids,
                     "ids_text": ",".join(map(str, ids)),
                 }
-            raise _Problem(400, "action must be requeue or cancel")
+            raise _Problem(400, "action must be requeue, purge or cancel")
 
         return await self._run(request, page)
 
@@ -393,7 +395,7 @@ class _Pages:
 
     async def _act(self, action: str, form: Mapping[str, str]) -> str:
         """Carry out the action; the path to redirect to."""
-        if action not in ("pause", "resume", "cancel", "requeue", "limits"):
+        if action not in ("pause", "resume", "cancel", "requeue", "purge", "limits"):
             raise _Problem(404, "no such action")
         queue = self._store.queue(_queue_name(self._store, form.get("queue", "")))
         if action in ("pause", "resume"):
@@ -414,6 +416,14 @@ class _Pages:
                 raise _Problem(409, f"job {job_id} has no live row to cancel in {queue.name!r}")
             return f"/jobs/{job_id}"
         ids = _ids_param(form)
+        if action == "purge":
+            purged = await queue.purge_dead(ids=ids)
+            _log.info(
+                "dashboard: purged %d of %d dead jobs of queue %r", purged, len(ids), queue.name
+            )
+            if not purged:
+                raise _Problem(409, f"none of the {len(ids)} jobs is a dead job of {queue.name!r}")
+            return f"/dead?purged={purged}"
         moved = await queue.requeue_dead(ids)
         _log.info("dashboard: requeued %d of %d dead jobs of queue %r", moved, len(ids), queue.name)
         if not moved:

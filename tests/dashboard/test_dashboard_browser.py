@@ -140,6 +140,27 @@ async def test_w3_requeue_a_selection_of_dead_jobs(browser, pg_store):
     assert states == ["pending", "dead", "pending", "dead"]
 
 
+async def test_w3_purge_a_dead_job_and_a_selection_for_good(browser, pg_store):
+    ids = [await dead_job(pg_store, "emails", f"error {i}") for i in range(4)]
+    await browser.open("/dead?queue=emails")
+    await browser.click(f'tr[data-job="{ids[0]}"] a.purge')
+    await browser.wait_for("#question")
+    question = (await browser.texts("#question"))[0]
+    assert f"Delete for good exactly 1 dead job of queue emails (job {ids[0]})" in question
+    await browser.click("#confirm")
+    await browser.wait_for("#purged")
+    assert await browser.texts("#purged") == ["Purged 1 job."]
+    await browser.wait_for(f'tr[data-job="{ids[0]}"]', present=False)
+    await browser.click(f'tr[data-job="{ids[1]}"] input[type=checkbox]')
+    await browser.click(f'tr[data-job="{ids[3]}"] input[type=checkbox]')
+    await browser.click("button.purge-selected")
+    await browser.wait_for("#question")
+    assert "Delete for good exactly 2 dead jobs" in (await browser.texts("#question"))[0]
+    await browser.click("#confirm")
+    await browser.wait_for("#purged")
+    assert [await pg_store.get_job(i) is None for i in ids] == [True, True, False, True]
+
+
 async def test_w1_edit_a_queues_limits(browser, pg_store):
     await pg_store.queue("api").enqueue(b"x")
     await browser.open("/")

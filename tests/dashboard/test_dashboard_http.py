@@ -429,3 +429,24 @@ async def test_w8_a_bad_refresh_interval_is_refused(store):
     for bad in (0, -1, float("nan"), float("inf"), True, "5", None):
         with pytest.raises(InvalidArgument, match="refresh_s"):
             create_app(store, refresh_s=bad)
+
+
+async def test_w3_purge_deletes_only_the_named_dead_jobs_of_the_queue(store):
+    dead = [await dead_job(store) for _ in range(3)]
+    live = int(await store.queue("emails").enqueue(b"live"))
+    client = Client(create_app(store))
+    confirm = await client.get(f"/confirm?action=purge&queue=emails&ids={dead[0]},{live}")
+    assert "Delete for good exactly 2 dead jobs of queue emails" in confirm.text
+    token = form_token(confirm.text)
+    form = {"csrf": token, "queue": "emails", "ids": f"{dead[0]},{dead[1]},{live}"}
+    reply = await client.post("/actions/purge", form)
+    assert reply.header("location") == "/dead?purged=2"
+    assert [await store.get_job(i) is None for i in dead] == [True, True, False]
+    assert (await store.get_job(live)).state == "pending"
+    again = await client.post("/actions/purge", {**form, "ids": str(dead[0])})
+    assert again.status == 409
+    assert "Purged 2 jobs." in (await client.get("/dead?purged=2")).text
+    read_only = Client(create_app(store, read_only=True))
+    page = (await read_only.get(f"/jobs/{dead[2]}")).text
+    assert "Purge…" not in page
+    assert "Purge" not in (await read_only.get("/dead")).text

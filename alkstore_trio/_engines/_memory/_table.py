@@ -504,15 +504,23 @@ class JobTable:
         return len(revived)
 
     def purge_dead(
-        self, queue: str, older_than_s: float | None, now: datetime, *, dry_run: bool = False
+        self,
+        queue: str,
+        older_than_s: float | None,
+        now: datetime,
+        *,
+        dry_run: bool = False,
+        ids: Sequence[int] | None = None,
     ) -> int:
         """D25: delete this queue's dead rows that died more than ``older_than_s`` ago
-        (every one for ``None``); how many. D29: ``dry_run`` only counts them."""
+        (every one for ``None``); how many. D29: ``dry_run`` only counts them. D25.1:
+        ``ids`` keeps only those rows."""
         self._observe(now)
+        rows = self._dead.values() if ids is None else map(self._dead.get, set(ids))
         doomed = [
             job.id
-            for job in self._dead.values()
-            if job.queue == queue and t.is_dead_older_than(job, now, older_than_s)
+            for job in rows
+            if job and job.queue == queue and t.is_dead_older_than(job, now, older_than_s)
         ]
         if dry_run:
             return len(doomed)
