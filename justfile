@@ -43,6 +43,10 @@ docs:
 figures *ARGS:
     status=0; pytest tests/faults tests/security tests/stateful tests/runtime/test_history_worker.py -p no:randomly -n 0 --figures {{ARGS}} || status=$?; python tests/tools/guarantees_figures.py; exit $status
 
+# Retake the dashboard's screenshots in docs/images (a real browser: chromium, chromedriver).
+screenshots:
+    ALKSTORE_SCREENSHOTS=docs pytest tests/dashboard/test_dashboard_browser.py -n 0 -k every_page
+
 # Long soaks and slow tests.
 slow *ARGS:
     pytest -m slow {{ARGS}}

@@ -78,10 +78,13 @@ async def operator_store(
     *,
     max_payload_bytes: int = v.DEFAULT_MAX_PAYLOAD_BYTES,
     listen: bool = False,
+    pool_size: int = 2,
+    application_name: str = OPERATOR_APPLICATION_NAME,
 ) -> AsyncIterator[Store]:
-    """Open the store of ``--dsn``/``--schema`` for one operator command; connection and
-    schema failures become one line (password masked) with the fix. Poll-only unless
-    ``listen`` (``jobs wait``, Q19.4, is woken by NOTIFY)."""
+    """Open the store of ``--dsn``/``--schema`` for one operator command (the dashboard
+    serves from it for as long as it runs); connection and schema failures become one
+    line (password masked) with the fix. Poll-only unless ``listen`` (``jobs wait``,
+    Q19.4, is woken by NOTIFY)."""
     dsn: str = args.dsn
     try:
         where = f"{postgres.redact_dsn(dsn)} schema {args.schema!r}"
@@ -92,9 +95,9 @@ async def operator_store(
             dsn,
             schema=args.schema,
             max_payload_bytes=max_payload_bytes,
-            pool_size=2,
+            pool_size=pool_size,
             connect_timeout_s=args.connect_timeout,
-            application_name=OPERATOR_APPLICATION_NAME,
+            application_name=application_name,
             listen=listen,
         ) as store:
             yield store

@@ -19,6 +19,7 @@ import trio
 from .. import __version__
 from . import (
     cancel,
+    dashboard,  # W1
     dead,
     demo,
     enqueue,
@@ -87,6 +88,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         sweep,
         periodic,
         queue_commands,
+        dashboard,
     ):
         module.add_parser(commands, env)
     return parser

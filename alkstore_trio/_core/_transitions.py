@@ -167,6 +167,15 @@ def claimed(job: Job, worker_id: str, now: datetime, token: int) -> Job:
     )
 
 
+def as_claimed(jobs: list[Job]) -> list[Job]:
+    """Q19.7: the jobs a claim hands out, as the claim shows them: without progress (a
+    claim reads no progress: ``get_job`` shows it). The rows keep theirs; nothing is
+    copied when no job has any (the usual case)."""
+    if all(job.progress is None for job in jobs):
+        return jobs
+    return [job if job.progress is None else replace(job, progress=None) for job in jobs]
+
+
 def heartbeaten(
     job: Job, now: datetime, extend_s: float | None, progress: str | None = None
 ) -> Job:

@@ -159,8 +159,17 @@ class ForwardingEngine:
     async def requeue_dead(self, queue: str, job_ids: Sequence[int] | None) -> int:
         return await self.inner.requeue_dead(queue, job_ids)
 
-    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
-        return await self.inner.purge_dead(queue, older_than_s, dry_run=dry_run)
+    async def purge_dead(
+        self,
+        queue: str,
+        older_than_s: float | None,
+        *,
+        dry_run: bool,
+        ids: Sequence[int] | None = None,
+    ) -> int:
+        if ids is None:  # an inner engine written before D25.1 need not know ids
+            return await self.inner.purge_dead(queue, older_than_s, dry_run=dry_run)
+        return await self.inner.purge_dead(queue, older_than_s, dry_run=dry_run, ids=ids)
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:
         return await self.inner.sweep_expired(queue, retention_s)

@@ -266,10 +266,19 @@ class OperatorPath(Protocol):
         the lowest id. The count moved."""
         ...
 
-    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
+    async def purge_dead(
+        self,
+        queue: str,
+        older_than_s: float | None,
+        *,
+        dry_run: bool,
+        ids: Sequence[int] | None = None,
+    ) -> int:
         """D25: delete this queue's dead rows with ``died_at + older_than_s < now`` (every
         one for ``None``), atomically; the count deleted. D29: with ``dry_run``, count
-        them and delete nothing."""
+        them and delete nothing. D25.1: with ``ids`` (checked, never empty; the store
+        passes it only when given), only the rows with those ids; other ids are
+        ignored."""
         ...
 
     async def sweep_expired(self, queue: str, retention_s: float | None) -> SweepResult:

@@ -683,7 +683,13 @@ class Queue(QueueControls):
             return 0
         return await self._engine.requeue_dead(self._name, checked)
 
-    async def purge_dead(self, older_than_s: float | None = None, *, dry_run: bool = False) -> int:
+    async def purge_dead(
+        self,
+        older_than_s: float | None = None,
+        *,
+        dry_run: bool = False,
+        ids: Iterable[int] | None = None,
+    ) -> int:
         """Delete dead jobs of this queue for good (D25), as a sweep's retention would
         (Q9), but on demand and with the caller's age limit.
 
@@ -691,20 +697,29 @@ class Queue(QueueControls):
             older_than_s: Only jobs with ``died_at + older_than_s < now`` (a number of
                 seconds >= 0); ``None`` deletes every dead job of this queue.
             dry_run: Delete nothing; count the jobs that would be deleted now (D29).
+            ids: D25.1: only the dead jobs with these ids (others are ignored: count
+                them out with the return value); ``None``: every dead job of the queue.
 
         Returns:
             How many dead jobs were deleted (or, with ``dry_run``, match).
 
         Raises:
-            InvalidArgument: ``older_than_s`` is not a finite number of seconds >= 0, or
-                ``dry_run`` is not a bool.
+            InvalidArgument: ``older_than_s`` is not a finite number of seconds >= 0,
+                ``dry_run`` is not a bool, or ``ids`` is not an iterable of job ids
+                (nothing was deleted).
             StoreClosed: the store is closed.
         """
         self._store._check_open()
         checked = v.check_optional_duration("older_than_s", older_than_s, min_s=0)
         if not isinstance(dry_run, bool):
             raise InvalidArgument(f"dry_run must be True or False; got a {type(dry_run).__name__}")
-        return await self._engine.purge_dead(self._name, checked, dry_run=dry_run)
+        if ids is None:
+            return await self._engine.purge_dead(self._name, checked, dry_run=dry_run)
+        checked_ids = v.check_job_ids(ids)
+        if not checked_ids:
+            await trio.lowlevel.checkpoint()
+            return 0
+        return await self._engine.purge_dead(self._name, checked, dry_run=dry_run, ids=checked_ids)
 
     async def sweep_expired(self) -> SweepResult:
         """Dead-letter this queue's expired live jobs (``"expired"``), then delete its dead

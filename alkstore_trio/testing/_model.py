@@ -325,7 +325,8 @@ class ReferenceModel:
             )
             self._rows[job.id] = claimed
             out.append(claimed)
-        return out
+        # Q19.7: a claim reads no progress (the row keeps it; get_job shows it).
+        return [replace(job, progress=None) for job in out]
 
     # Q18: queue controls.
     def set_limits(self, queue: str, limits: QueueLimits, *, refill: bool, now: datetime) -> None:

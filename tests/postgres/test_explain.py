@@ -492,6 +492,19 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ("older than a week", {"queue": QUEUE, "older_than_s": 7 * 86400.0}),
             ("all", {"queue": QUEUE, "older_than_s": None}),
         ],
+        # D25.1: by id (the dashboard's purge of one job, a group, a selection).
+        "purge_dead_ids": [
+            (
+                "ids",
+                {"queue": QUEUE, "ids": [data.dead_id, data.dead_id + 1], "older_than_s": None},
+            )
+        ],
+        "count_dead_ids": [
+            (
+                "ids, older than a week",
+                {"queue": QUEUE, "ids": [data.dead_id], "older_than_s": 7 * 86400.0},
+            )
+        ],
         # Q16
         "reschedule": [
             (

@@ -186,7 +186,8 @@ CONTRACT_WORDS = {
     "ack_batch", "heartbeat_claims", "ack_claims", "ack_claims_and_claim", "retry_claims",
     "fail_claims", "cancel", "get_job", "sweep_expired", "schema_version", "find_job",
     "list_live", "list_dead", "stats", "requeue_dead", "requeue_dead_all", "purge_dead",
-    "count_dead", "lock_unique_keys", "enqueue_unique",  # Q15
+    "count_dead", "purge_dead_ids", "count_dead_ids",  # D25.1
+    "lock_unique_keys", "enqueue_unique",  # Q15
     "reschedule", "next_due",  # Q16
     "sync_periodic", "advance_periodic", "list_periodic",  # Q17
 }  # fmt: skip

@@ -370,9 +370,16 @@ class MemoryEngine:
 
         return await self._call_when_free(run)
 
-    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
+    async def purge_dead(
+        self,
+        queue: str,
+        older_than_s: float | None,
+        *,
+        dry_run: bool,
+        ids: Sequence[int] | None = None,
+    ) -> int:
         return await self._call(
-            lambda table, now: table.purge_dead(queue, older_than_s, now, dry_run=dry_run)
+            lambda table, now: table.purge_dead(queue, older_than_s, now, dry_run=dry_run, ids=ids)
         )
 
     # Q16

@@ -267,7 +267,7 @@ class JobTable:
             # Q18: the pre-claim sweep ran; a paused queue hands nothing out.
             return []
         if not self.limits.limited(queue):
-            return self._take(index, worker_id, n, now)
+            return t.as_claimed(self._take(index, worker_id, n, now))
         live = self._live_leases(index, now)
         allowed = self.limits.allowance(queue, live, n, now)
         cap = self.limits.get(queue).max_running_per_key
@@ -277,7 +277,7 @@ class JobTable:
         else:  # Q18.8
             out, found, held = _per_key.take(self, index, worker_id, allowed, cap, now)
         self.limits.claimed(queue, live, n, found, len(out), now, held)
-        return out
+        return t.as_claimed(out)
 
     def _take(self, index: _QueueIndex, worker_id: str, n: int, now: datetime) -> list[Job]:
         """Q3 step 3: claim the first ``n`` claimable rows of the queue's ready heap."""
@@ -506,15 +506,23 @@ class JobTable:
         return len(revived)
 
     def purge_dead(
-        self, queue: str, older_than_s: float | None, now: datetime, *, dry_run: bool = False
+        self,
+        queue: str,
+        older_than_s: float | None,
+        now: datetime,
+        *,
+        dry_run: bool = False,
+        ids: Sequence[int] | None = None,
     ) -> int:
         """D25: delete this queue's dead rows that died more than ``older_than_s`` ago
-        (every one for ``None``); how many. D29: ``dry_run`` only counts them."""
+        (every one for ``None``); how many. D29: ``dry_run`` only counts them. D25.1:
+        ``ids`` keeps only those rows."""
         self._observe(now)
+        rows = self._dead.values() if ids is None else map(self._dead.get, set(ids))
         doomed = [
             job.id
-            for job in self._dead.values()
-            if job.queue == queue and t.is_dead_older_than(job, now, older_than_s)
+            for job in rows
+            if job and job.queue == queue and t.is_dead_older_than(job, now, older_than_s)
         ]
         if dry_run:
             return len(doomed)

@@ -510,9 +510,21 @@ class PostgresEngine(Listening):
             ((count, _),) = await self._run("requeue_dead", {**params, "ids": list(job_ids)})
         return int(count)
 
-    async def purge_dead(self, queue: str, older_than_s: float | None, *, dry_run: bool) -> int:
-        name = "count_dead" if dry_run else "purge_dead"
-        ((count,),) = await self._run(name, {"queue": queue, "older_than_s": older_than_s})
+    async def purge_dead(
+        self,
+        queue: str,
+        older_than_s: float | None,
+        *,
+        dry_run: bool,
+        ids: Sequence[int] | None = None,
+    ) -> int:
+        params: dict[str, object] = {"queue": queue, "older_than_s": older_than_s}
+        if ids is None:
+            name = "count_dead" if dry_run else "purge_dead"
+        else:  # D25.1: by the primary key, whatever the table's size
+            name = "count_dead_ids" if dry_run else "purge_dead_ids"
+            params["ids"] = list(ids)
+        ((count,),) = await self._run(name, params)
         return int(count)
 
     # Q16

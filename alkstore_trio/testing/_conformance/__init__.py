@@ -40,6 +40,7 @@ from .d24_redrive import (
     d24_requeue_dead_restarts_the_time_to_live,
 )
 from .d25_d29_purge import (
+    d25_1_purge_dead_by_ids_deletes_only_those_dead_rows,
     d25_purge_dead_deletes_dead_rows_older_than_the_limit,
     d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
 )
@@ -424,6 +425,7 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     d24_requeue_dead_restarts_the_time_to_live,
     d24_requeue_dead_rejects_bad_arguments_without_effect,
     d25_purge_dead_deletes_dead_rows_older_than_the_limit,
+    d25_1_purge_dead_by_ids_deletes_only_those_dead_rows,
     d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
     d26_store_get_job_finds_a_row_by_id_in_any_queue,
     d26_list_jobs_pages_through_one_state_by_id,

@@ -1,5 +1,5 @@
 """D25 and D29 (decisions where the contract is silent): ``queue.purge_dead`` and its dry
-run."""
+run; D25.1: purging dead jobs by id."""
 
 from __future__ import annotations
 
@@ -72,3 +72,42 @@ async def d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_noth
         assert await queue.purge_dead(10) == 1, "the purge disagrees with its dry run"
         assert await queue.purge_dead(dry_run=True) == 1, "dry run after a purge"
         assert await other.purge_dead(dry_run=True) == 1, "another queue's count changed"
+
+
+@_check
+async def d25_1_purge_dead_by_ids_deletes_only_those_dead_rows(harness: EngineHarness) -> None:
+    """D25.1: ``purge_dead(ids=[...])`` deletes only this queue's dead rows with those
+    ids, and counts them; live rows, other queues' dead rows and unknown ids are ignored;
+    with ``older_than_s`` both must hold; ``dry_run`` counts the same rows and deletes
+    nothing; no ids deletes nothing; bad ids raise InvalidArgument with no effect."""
+    async with harness.open_store() as store:
+        queue = store.queue("purge-ids")
+        other = store.queue("purge-ids-other")
+        old = await _dead_job(queue, b"old")
+        await harness.advance(10)
+        first = await _dead_job(queue, b"first")
+        second = await _dead_job(queue, b"second")
+        kept = await _dead_job(queue, b"kept")
+        theirs = await _dead_job(other, b"theirs")
+        live = await queue.enqueue(b"live")
+        unknown = max(old, first, second, kept, theirs, live) + 1000
+        for bad in ([first, 2**63], [first, "1"], [True], 5, "12", [1.0]):
+            await _raises(
+                InvalidArgument, f"purge_dead(ids={bad!r})", queue.purge_dead, ids=_any(bad)
+            )
+        await _assert_state(queue, first, "dead", "a dead row after a refused purge")
+        targets = [first, second, theirs, live, unknown]
+        assert await queue.purge_dead(ids=targets, dry_run=True) == 2, "dry run miscounted"
+        await _assert_state(queue, first, "dead", "a dead row after a dry run")
+        assert await queue.purge_dead(ids=[]) == 0, "purge_dead(ids=[]) deleted something"
+        assert await queue.purge_dead(ids=targets) == 2, "did not purge exactly the two"
+        await _assert_gone(queue, first, "a purged dead row")
+        await _assert_gone(queue, second, "a purged dead row")
+        await _assert_state(queue, kept, "dead", "a dead row not named")
+        await _assert_state(queue, live, "pending", "a live row named by id")
+        await _assert_state(other, theirs, "dead", "another queue's dead row named by id")
+        assert await queue.purge_dead(10, ids=[old, kept]) == 0, "purged at the instant"
+        await harness.advance(INSTANT_S)
+        assert await queue.purge_dead(10, ids=[old, kept]) == 1, "older_than_s ignored"
+        await _assert_gone(queue, old, "a purged dead row")
+        await _assert_state(queue, kept, "dead", "a younger dead row named by id")

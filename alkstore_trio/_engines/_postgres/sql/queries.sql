@@ -1361,6 +1361,30 @@ WHERE queue = %(queue)s::text
         'infinity'::timestamptz
     );
 
+-- name: purge_dead_ids
+-- D25.1: purge_dead restricted to these ids (found by the primary key); the count.
+WITH purged AS (
+    DELETE FROM @schema@.dead_jobs
+    WHERE id = ANY(%(ids)s::bigint[])
+        AND queue = %(queue)s::text
+        AND died_at < coalesce(
+            @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
+            'infinity'::timestamptz
+        )
+    RETURNING 1
+)
+SELECT count(*) FROM purged;
+
+-- name: count_dead_ids
+-- D25.1 with D29: how many rows purge_dead_ids would delete now, deleting nothing.
+SELECT count(*) FROM @schema@.dead_jobs
+WHERE id = ANY(%(ids)s::bigint[])
+    AND queue = %(queue)s::text
+    AND died_at < coalesce(
+        @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
+        'infinity'::timestamptz
+    );
+
 -- Q17 periodic jobs. fire_periodic is one transaction (with its lock_timeout and
 -- idle_in_transaction_session_timeout set for it, Q17.9): sync_periodic, then one
 -- enqueue_one per fire time owed (the cron arithmetic runs in the client, on the clock

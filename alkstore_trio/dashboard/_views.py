@@ -1,0 +1,133 @@
+"""What the pages show, computed without I/O: previews, groups, times and ages.
+
+Nothing here escapes: the templates do, always (Jinja's autoescape, W5). These helpers
+only bound what is shown and say what kind of bytes it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from .._core import Job
+
+#: How many payload (or result) bytes the job page previews (W6).
+PREVIEW_BYTES: Final = 4096
+#: How many characters of a payload the jobs list shows.
+LIST_PREVIEW_CHARS: Final = 80
+#: How many characters of an error a dead-letter group is keyed and shown by.
+ERROR_KEY_CHARS: Final = 200
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A bounded view of some bytes (W6): ``kind`` is ``"text"`` (UTF-8) or ``"hex"``;
+    ``shown`` is at most :data:`PREVIEW_BYTES` of them; ``size`` is the whole length."""
+
+    kind: str
+    shown: str
+    size: int
+    cut: bool
+
+
+def preview(data: bytes, limit: int = PREVIEW_BYTES) -> Preview:
+    """W6: the first ``limit`` bytes as text when they are UTF-8 (a character cut at the
+    end does not count against that), else as hex."""
+    head = data[:limit]
+    cut = len(data) > limit
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if cut and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
+            text = head[: exc.start].decode("utf-8")
+        else:
+            return Preview("hex", head.hex(" "), len(data), cut)
+    return Preview("text", text, len(data), cut)
+
+
+def one_line(text: str | None, limit: int = LIST_PREVIEW_CHARS) -> str:
+    """``text`` on one line, cut after ``limit`` characters; ``-`` for ``None``."""
+    if text is None:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def list_preview(data: bytes) -> str:
+    """The jobs list's one-line payload preview: text, or hex of the first bytes."""
+    shown = preview(data, LIST_PREVIEW_CHARS)
+    return one_line(shown.shown) if shown.kind == "text" else "hex: " + shown.shown[:60]
+
+
+@dataclass(frozen=True)
+class DeadGroup:
+    """Dead jobs with the same last error (its first :data:`ERROR_KEY_CHARS`
+    characters, on one line)."""
+
+    error: str
+    jobs: tuple[Job, ...]
+
+
+def group_by_error(jobs: Iterable[Job]) -> list[DeadGroup]:
+    """Dead jobs grouped by their last error, the largest group first (then by error)."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        key = one_line(job.last_error or "(no error recorded)", ERROR_KEY_CHARS)
+        groups.setdefault(key, []).append(job)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [DeadGroup(error, tuple(members)) for error, members in ordered]
+
+
+def iso(value: datetime | None) -> str:
+    """An aware datetime as ISO 8601 to the second with ``Z`` for UTC; ``-`` for None."""
+    if value is None:
+        return "-"
+    return value.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def age(seconds: float | None) -> str:
+    """A duration in the largest unit that keeps it readable (``17.1s``, ``2.0h``)."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker id's held jobs (W1's workers page): how many, the oldest claim's age,
+    and the soonest lease end (negative: lapsed)."""
+
+    worker_id: str
+    jobs: tuple[Job, ...]
+    oldest_claim_age_s: float | None
+    soonest_lease_left_s: float | None
+
+
+def by_worker(jobs: Iterable[Job], now: datetime) -> list[WorkerRow]:
+    """Held jobs grouped by ``claimed_by``, the worker holding the most first."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(job.claimed_by or "(unknown)", []).append(job)
+    rows = []
+    for worker_id, held in groups.items():
+        claimed = [(now - j.claimed_at).total_seconds() for j in held if j.claimed_at]
+        leases = [(j.claim_expires_at - now).total_seconds() for j in held if j.claim_expires_at]
+        rows.append(
+            WorkerRow(
+                worker_id,
+                tuple(sorted(held, key=lambda j: j.id)),
+                max(claimed, default=None),
+                min(leases, default=None),
+            )
+        )
+    return sorted(rows, key=lambda row: (-len(row.jobs), row.worker_id))
