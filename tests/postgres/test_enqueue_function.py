@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import trio
+import trio.lowlevel
 from _wakes import listen, notifications, wait_for_a_lock_waiter
 from psycopg import sql as pgsql
 
@@ -178,6 +179,10 @@ HOSTILE = [
     ({"queue": "emails", "payload": b"x", "unique_key": "k", "unique_for_s": 0.0}, "unique_for_s"),
     ({"queue": "emails", "payload": b"x", "concurrency_key": ""}, "concurrency_key"),
     ({"queue": "emails", "payload": b"x", "concurrency_key": "c" * 257}, "concurrency_key"),
+    ({"queue": "emails", "payload": b"x", "keep_completed_s": -1.0}, "keep_completed_s"),
+    ({"queue": "emails", "payload": b"x", "keep_completed_s": float("nan")}, "keep_completed_s"),
+    ({"queue": "emails", "payload": b"x", "keep_completed_s": float("inf")}, "keep_completed_s"),
+    ({"queue": "emails", "payload": b"x", "keep_completed_s": 3153600001.0}, "keep_completed_s"),
 ]
 
 
@@ -373,3 +378,35 @@ def test_q20_4_and_q20_3_a_hostile_search_path_changes_nothing(pg_dsn, migrated,
         ).fetchall()
     assert [job_id for job_id, _ in years] == [from_sql, from_python]
     assert all(year > 2000 for _, year in years)
+
+
+async def test_q20_4_q19_2_keep_completed_s_keeps_the_job_and_wait_reads_its_result(
+    pg_dsn, migrated
+):
+    # Migration 14: a job enqueued from SQL with keep_completed_s is kept after its ack,
+    # with its result, and a waiter is woken by the ack (Q19.4); without it, nothing is
+    # kept, as before; a keyed call that finds its key held writes no stamp.
+    with psycopg.connect(pg_dsn) as conn:
+        kept, _ = call(conn, migrated, "reports", b"k", keep_completed_s=3600.0)
+        plain, _ = call(conn, migrated, "reports", b"p")
+        keyed, _ = call(conn, migrated, "reports", b"u", unique_key="u", keep_completed_s=0.0)
+        again = call(conn, migrated, "reports", b"u", unique_key="u", keep_completed_s=99.0)
+        conn.commit()
+    assert again == (keyed, False)
+    async with open_store(pg_dsn, schema=migrated) as store:
+        reports = store.queue("reports")
+        stamps = [(await reports.get_job(i)).keep_completed_s for i in (kept, plain, keyed)]
+        assert stamps == [3600.0, None, 0.0]
+        handles = {h.id: h for h in await reports.claim_batch("w", 3)}
+        async with trio.open_nursery() as nursery:
+
+            async def ack_later() -> None:
+                await trio.lowlevel.checkpoint()
+                assert await handles[kept].ack(result=b"done")
+
+            nursery.start_soon(ack_later)
+            with trio.fail_after(10):
+                job = await reports.wait(kept, poll_interval_s=3600)
+        assert (job.state, job.result) == ("completed", b"done")
+        assert await handles[plain].ack()
+        assert await reports.get_job(plain) is None

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 13). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 14). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -230,7 +230,8 @@ CREATE TABLE @schema@.queue_controls (
 );
 
 -- Q20.4: enqueue from SQL (a trigger, psql, any language), with the library's checks,
--- stamps, unique keys and wake. Migration 10 explains it.
+-- stamps, unique keys and wake. Migration 10 explains it; migration 14 added
+-- keep_completed_s.
 CREATE FUNCTION @schema@.enqueue(
     queue text,
     payload bytea,
@@ -245,6 +246,7 @@ CREATE FUNCTION @schema@.enqueue(
     unique_key text DEFAULT NULL,
     unique_for_s double precision DEFAULT NULL,
     concurrency_key text DEFAULT NULL,
+    keep_completed_s double precision DEFAULT NULL,
     OUT job_id bigint,
     OUT created boolean
 ) RETURNS SETOF record
@@ -396,6 +398,16 @@ BEGIN
         END IF;
     END IF;
 
+    -- Q19.2: how long the finished job stays readable (QueueOpts' stamp): NULL (not
+    -- kept) or a duration >= 0, finite, at most 100 years.
+    IF enqueue.keep_completed_s IS NOT NULL
+        AND NOT (enqueue.keep_completed_s >= 0 AND enqueue.keep_completed_s <= max_s)
+    THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'keep_completed_s must be NULL or >= 0 seconds, finite, at most 100 '
+                || 'years; got ' || enqueue.keep_completed_s;
+    END IF;
+
     -- Q2.1: a negative delay means now (greatest() would turn no delay into 0).
     delay := CASE WHEN enqueue.delay_s IS NOT NULL THEN greatest(enqueue.delay_s, 0) END;
     -- The queue's wake channel, as _sql.wake_channel names it: readable when it fits in
@@ -426,7 +438,7 @@ BEGIN
             INSERT INTO @schema@.jobs (
                 queue, payload, priority, state, attempts, max_attempts, run_at,
                 enqueued_at, visibility_timeout_s, backoff_base_s, expires_at, headers,
-                unique_key, concurrency_key
+                unique_key, concurrency_key, keep_completed_s
             )
             SELECT
                 enqueue.queue, enqueue.payload, enqueue.priority::integer, 'pending', 0,
@@ -437,7 +449,8 @@ BEGIN
                 END,
                 t.now, enqueue.visibility_timeout_s, enqueue.backoff_base_s,
                 t.now + enqueue.expires_in_s * interval '1 second',
-                coalesce(enqueue.headers, '{}'::jsonb), NULL, enqueue.concurrency_key
+                coalesce(enqueue.headers, '{}'::jsonb), NULL, enqueue.concurrency_key,
+                enqueue.keep_completed_s
             FROM t
             RETURNING id
         ),
@@ -468,7 +481,7 @@ BEGIN
             INSERT INTO @schema@.jobs (
                 queue, payload, priority, state, attempts, max_attempts, run_at,
                 enqueued_at, visibility_timeout_s, backoff_base_s, expires_at, headers,
-                unique_key, concurrency_key
+                unique_key, concurrency_key, keep_completed_s
             )
             SELECT
                 enqueue.queue, enqueue.payload, enqueue.priority::integer, 'pending', 0,
@@ -480,7 +493,7 @@ BEGIN
                 t.now, enqueue.visibility_timeout_s, enqueue.backoff_base_s,
                 t.now + enqueue.expires_in_s * interval '1 second',
                 coalesce(enqueue.headers, '{}'::jsonb), enqueue.unique_key,
-                enqueue.concurrency_key
+                enqueue.concurrency_key, enqueue.keep_completed_s
             FROM t, held
             WHERE held.id IS NULL
             ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -511,7 +524,8 @@ $alk$;
 
 COMMENT ON FUNCTION @schema@.enqueue(
     text, bytea, bigint, double precision, timestamptz, bigint, double precision,
-    double precision, double precision, jsonb, text, double precision, text
+    double precision, double precision, jsonb, text, double precision, text,
+    double precision
 ) IS 'alkstore_trio Q20.4: enqueue one job in the caller''s transaction; see docs/reference/sql-schema.md';
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (13);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (14);
