@@ -129,7 +129,10 @@ def create_app(
                 StaticFiles(packages=[("alkstore_trio.dashboard", "static")]),
                 name="static",
             ),
-        ]
+        ],
+        # W9: while the server runs the app's lifespan, stale readings refresh in the
+        # background (a mount without it reads inline, as before).
+        lifespan=lambda _app: pages.background(),
     )
     return Guard(
         app,
@@ -149,6 +152,10 @@ class _Pages:
         self._refresh_s = refresh_s
         # A page's refresh a little early still gets the shared reading.
         self._shared = _live.SharedStats(store, refresh_s * 0.9)
+
+    def background(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """W9: the app's lifespan: refresh stale readings in the background."""
+        return self._shared.background()
 
     def _overview_values(self, stats: StoreStats) -> dict[str, object]:
         samples = list(self._shared.samples)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+import trio
+import trio.testing
 from _dashboard_client import Client
 
-from alkstore_trio import open_store
+from alkstore_trio import EngineError, open_store
 from alkstore_trio.dashboard import create_app
-from alkstore_trio.dashboard._live import CHART_HEIGHT, Sample, rates, sparkline
+from alkstore_trio.dashboard._live import CHART_HEIGHT, Sample, SharedStats, rates, sparkline
 from alkstore_trio.testing import ManualClock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -73,3 +76,62 @@ async def test_w9_open_pages_share_one_reading_per_interval(mock_clock):
         assert "<polyline" in table
         assert (await client.get("/fragments/overview")).text == table
         assert reads == 2
+
+
+class _SlowStats:
+    """A store whose ``stats`` takes ``took_s`` of trio's (mock) clock, counted."""
+
+    def __init__(self, store, took_s: float) -> None:
+        self.store = store
+        self.took_s = took_s
+        self.reads = 0
+        self.fail = False
+
+    async def stats(self, queue=None):
+        self.reads += 1
+        await trio.sleep(self.took_s)
+        if self.fail:
+            raise EngineError("the database went away")
+        return await self.store.stats(queue)
+
+
+async def test_w9_a_slow_reading_is_reused_ten_times_as_long_as_it_took(autojump_clock):
+    async with open_store("memory://", clock=ManualClock(T0)) as store:
+        slow = _SlowStats(store, took_s=1.0)
+        shared = SharedStats(slow, max_age_s=4.5)
+        await shared.read()
+        assert shared.limit_s == 10.0  # 10 x 1 s, over the 4.5 s asked for
+        await trio.sleep(9)
+        await shared.read()
+        assert slow.reads == 1
+        await trio.sleep(1.5)
+        await shared.read()
+        assert slow.reads == 2
+
+
+async def test_w9_with_its_lifespan_a_stale_reading_is_served_while_the_next_is_read(
+    autojump_clock,
+):
+    async with open_store("memory://", clock=ManualClock(T0)) as store:
+        slow = _SlowStats(store, took_s=0.1)
+        shared = SharedStats(slow, max_age_s=5.0)
+        async with shared.background():
+            first = await shared.read()  # nothing to serve yet: read inline
+            await trio.sleep(6)
+            began = trio.current_time()
+            assert await shared.read() is first  # stale, served at once
+            assert trio.current_time() == began
+            assert await shared.read() is first  # one background read, not two
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(0.2)
+            fresh = await shared.read()
+            assert fresh is not first
+            assert slow.reads == 2
+            # Past three limits old (the background reads failing), a page reads inline
+            # and sees the error rather than old numbers.
+            slow.fail = True
+            await trio.sleep(6)
+            assert await shared.read() is fresh  # stale: served, the background fails
+            await trio.sleep(10)
+            with pytest.raises(EngineError):
+                await shared.read()
