@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+from _figures import history_figures
 
 from alkstore_trio import EngineError, Job, QueueOpts, open_store
 
@@ -77,7 +78,7 @@ async def _wait_through(fleet, dsn: str, fault, *, jobs: int, vt_s: float) -> di
         await fleet.wait_until(_store_reads(fleet), timeout_s=30, what="the test's store")
         report = await fleet.check_history(set(ids))
         print(f"\nwaits through the fault: {figures}; history: {report.summary()}")
-        return figures
+        return {**figures, "waits": jobs, "waits_ended": len(got), **history_figures(report)}
 
 
 def _store_reads(fleet):
@@ -99,7 +100,9 @@ async def _kill_sessions(fleet, app: str) -> int:
     return len(rows)
 
 
-async def test_q19_4_waits_survive_killing_their_listen_session(pg_dsn, schema, open_fleet):
+async def test_q19_4_waits_survive_killing_their_listen_session(
+    pg_dsn, schema, open_fleet, figures
+):
     async def fault(app: str, acked) -> dict[str, float]:
         # Kill the LISTEN session again and again while the jobs finish: each time, the
         # acks committed before it listens again are announced to nobody, and only the
@@ -112,16 +115,18 @@ async def test_q19_4_waits_survive_killing_their_listen_session(pg_dsn, schema, 
         return {"listen_sessions_killed": kills, "acked_when_last_killed": acked()}
 
     async with open_fleet(pg_dsn, schema) as fleet:
-        figures = await _wait_through(fleet, pg_dsn, fault, jobs=80, vt_s=30)
-    assert figures["listen_sessions_killed"] >= 5
+        measured = await _wait_through(fleet, pg_dsn, fault, jobs=80, vt_s=30)
+    figures.record(**measured)
+    assert measured["listen_sessions_killed"] >= 5
 
 
 @pytest.mark.slow
-async def test_q19_4_waits_survive_a_postgresql_restart(own_cluster, open_fleet):
+async def test_q19_4_waits_survive_a_postgresql_restart(own_cluster, open_fleet, figures):
     async def fault(app: str, acked) -> dict[str, float]:
         await fleet.wait_until(lambda: acked() >= 15, timeout_s=60, what="15 acks")
         restart_s = await own_cluster.pg_ctl("restart", "-m", "fast")
         return {"restart_s": restart_s, "acked_before_restart": acked()}
 
     async with open_fleet(own_cluster.dsn, "alk_wait_restart") as fleet:
-        await _wait_through(fleet, own_cluster.dsn, fault, jobs=80, vt_s=3)
+        measured = await _wait_through(fleet, own_cluster.dsn, fault, jobs=80, vt_s=3)
+    figures.record(**measured)

@@ -289,6 +289,63 @@ ROWS: tuple[Row, ...] = (
         slow=True,
     ),
     Row(
+        "A cancel reaches the running handler",
+        "tests/faults/test_cancel_running.py",
+        "test_r15_cancelling_200_running_jobs_reaches_every_handler",
+        "200 jobs running across three worker processes, each cancelled with "
+        "queue.cancel: every handler is cancelled and every job recorded cancelled.",
+        (
+            ("jobs", "running jobs cancelled"),
+            ("workers", "worker processes"),
+            ("p50_ms", "cancel to handler's end p50"),
+            ("p99_ms", "p99"),
+            ("max_ms", "max"),
+            *HISTORY,
+        ),
+    ),
+    Row(
+        "A wait ends when its job does",
+        "tests/faults/test_wait_faults.py",
+        "test_q19_4_waits_survive_killing_their_listen_session",
+        "80 waits (their poll an hour away) on jobs two worker processes run, while the "
+        "waiting store's LISTEN session is killed again and again.",
+        (
+            ("waits", "waits"),
+            ("waits_ended", "ended with their job"),
+            ("listen_sessions_killed", "LISTEN sessions killed"),
+            *HISTORY,
+        ),
+    ),
+    Row(
+        "A wait ends when its job does",
+        "tests/faults/test_wait_faults.py",
+        "test_q19_4_waits_survive_a_postgresql_restart",
+        "The same 80 waits through a pg_ctl restart of a throwaway cluster.",
+        (
+            ("waits", "waits"),
+            ("waits_ended", "ended with their job"),
+            ("restart_s", "restart took"),
+            *HISTORY,
+        ),
+        slow=True,
+    ),
+    Row(
+        "Exactly-once database effects",
+        "tests/faults/test_tx_complete_stale_worker.py",
+        "test_q19_6_r16_a_frozen_workers_transactions_roll_back_and_leave_no_effect",
+        "A worker frozen with SIGSTOP inside its handlers' transactions (effect row "
+        "written, completion not yet sent); another worker reclaims and completes the "
+        "jobs in its own transactions; the frozen one is resumed.",
+        (
+            ("paused_s", "paused"),
+            ("visibility_timeout_s", "visibility timeout"),
+            ("effect_rows", "effect rows"),
+            ("effects_from_superseded_claims", "effects from superseded claims"),
+            ("completions_refused", "completions refused"),
+            *HISTORY,
+        ),
+    ),
+    Row(
         "Clock skew",
         "tests/faults/test_fault_clock_skew.py",
         "test_q3_q4_q5_workers_with_a_local_clock_an_hour_off_behave_like_a_control_fleet",
