@@ -10,7 +10,7 @@ import functools
 import inspect
 import math
 
-__all__ = ["finite_number", "is_async_callable", "lone_exception"]
+__all__ = ["age", "finite_number", "is_async_callable", "lone_exception", "one_line"]
 
 
 def is_async_callable(fn: object) -> bool:
@@ -49,3 +49,25 @@ def finite_number(value: object) -> float | None:
     except OverflowError:  # an int too large for a float
         return None
     return result if math.isfinite(result) else None
+
+
+def age(seconds: float | None) -> str:
+    """A duration in the largest unit that keeps it readable (``17.1s``, ``2.0h``)."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def one_line(text: str | None, limit: int = 80) -> str:
+    """``text`` on one line, cut after ``limit`` characters; ``-`` for ``None`` (the
+    command line's and the dashboard's lists)."""
+    if text is None:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .. import postgres
+from .._util import age as age
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,19 +24,6 @@ def iso(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def age(seconds: float | None) -> str:
-    """A duration in the largest unit that keeps it readable (``17.1s``, ``2.0h``)."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
     """Columns padded to their widest cell; ``align`` has one letter per column, ``l``
     (text) or ``r`` (numbers)."""
@@ -48,14 +36,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> l
         ]
         lines.append("  ".join(cells).rstrip())
     return lines
-
-
-def cut(text: str | None, limit: int = 80) -> str:
-    """``text`` on one line, cut after ``limit`` characters; ``-`` for ``None``."""
-    if text is None:
-        return "-"
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def escaped(text: str) -> str:

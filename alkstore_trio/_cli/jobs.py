@@ -10,9 +10,10 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
+from .._util import one_line as cut
 from ._args import EXIT_OK, CommandFailed, HelpFormatter, epilog, int_in, job_id, queue_name
 from ._operator import add_command, operator_store
-from ._output import cut, escaped, iso, say, table
+from ._output import escaped, iso, say, table
 from ._reschedule import add_reschedule
 
 if TYPE_CHECKING:

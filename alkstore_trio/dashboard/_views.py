@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from .._util import age as age
+from .._util import one_line
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
@@ -49,18 +52,14 @@ def preview(data: bytes, limit: int = PREVIEW_BYTES) -> Preview:
     return Preview("text", text, len(data), cut)
 
 
-def one_line(text: str | None, limit: int = LIST_PREVIEW_CHARS) -> str:
-    """``text`` on one line, cut after ``limit`` characters; ``-`` for ``None``."""
-    if text is None:
-        return "-"
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def list_preview(data: bytes) -> str:
     """The jobs list's one-line payload preview: text, or hex of the first bytes."""
     shown = preview(data, LIST_PREVIEW_CHARS)
-    return one_line(shown.shown) if shown.kind == "text" else "hex: " + shown.shown[:60]
+    return (
+        one_line(shown.shown, LIST_PREVIEW_CHARS)
+        if shown.kind == "text"
+        else "hex: " + shown.shown[:60]
+    )
 
 
 @dataclass(frozen=True)
@@ -87,19 +86,6 @@ def iso(value: datetime | None) -> str:
     if value is None:
         return "-"
     return value.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def age(seconds: float | None) -> str:
-    """A duration in the largest unit that keeps it readable (``17.1s``, ``2.0h``)."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
 
 
 @dataclass(frozen=True)
