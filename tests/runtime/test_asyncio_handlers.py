@@ -18,13 +18,13 @@ import subprocess
 import sys
 import textwrap
 import types
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import pytest
 import sniffio
 import trio
 import trio_asyncio
+from _worker_run import running, wait_until
 
 import alkstore_trio
 from alkstore_trio import (
@@ -59,21 +59,6 @@ async def store(autojump_clock):
     _START[0] = trio.current_time()
     async with open_store("memory://", clock=TrioClock()) as opened:
         yield opened
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
-
-
-async def wait_until(predicate, *, step=0.01, limit=300.0):
-    deadline = trio.current_time() + limit
-    while not predicate():
-        assert trio.current_time() < deadline, "condition never became true"
-        await trio.sleep(step)
 
 
 class AsyncioRecorder:

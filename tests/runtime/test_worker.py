@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import trio
+from _worker_run import running, wait_until
 
 from alkstore_trio import EngineError, InvalidArgument, QueueOpts, SupervisorEscalated, open_store
 from alkstore_trio._runtime._outcomes import Fail, Retry
@@ -44,22 +45,6 @@ async def store(autojump_clock):
     _START[0] = trio.current_time()
     async with open_store("memory://", clock=TrioClock()) as opened:
         yield opened
-
-
-@asynccontextmanager
-async def running(worker):
-    """Run ``worker`` for the block; stop it gracefully at the end."""
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
-
-
-async def wait_until(predicate, *, step=0.01, limit=300.0):
-    deadline = now() + limit
-    while not predicate():
-        assert now() < deadline, "condition never became true"
-        await trio.sleep(step)
 
 
 class Recorder:

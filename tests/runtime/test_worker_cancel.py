@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+from _worker_run import wait_until
 
 from alkstore_trio import QueueOpts, open_store
 from alkstore_trio._runtime._worker import Worker
@@ -27,13 +28,6 @@ async def store(autojump_clock):
     _START[0] = trio.current_time()
     async with open_store("memory://", clock=TrioClock()) as opened:
         yield opened
-
-
-async def wait_until(predicate, *, step=0.01, limit=300.0):
-    deadline = now() + limit
-    while not predicate():
-        assert now() < deadline, "condition never became true"
-        await trio.sleep(step)
 
 
 async def _forever(job):

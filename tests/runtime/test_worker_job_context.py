@@ -5,10 +5,10 @@ On trio's mock clock (nothing sleeps for real)."""
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from _worker_run import running, wait_until
 
 from alkstore_trio import (
     ClaimLost,
@@ -25,21 +25,6 @@ from alkstore_trio.testing import TrioClock
 
 KEPT = QueueOpts(keep_completed_s=3600, visibility_timeout_s=30)
 LOGGER = "alkstore_trio.worker"
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
-
-
-async def wait_until(predicate, *, limit=300.0):
-    deadline = trio.current_time() + limit
-    while not predicate():
-        assert trio.current_time() < deadline, "condition never became true"
-        await trio.sleep(0.01)
 
 
 @pytest.fixture

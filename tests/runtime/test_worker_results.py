@@ -4,10 +4,9 @@ the handler to the ack, on trio's mock clock (nothing sleeps for real)."""
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
 
 import pytest
-import trio
+from _worker_run import running, wait_until
 
 from alkstore_trio import InvalidArgument, QueueOpts, open_store
 from alkstore_trio._runtime._worker import Worker
@@ -15,21 +14,6 @@ from alkstore_trio.testing import TrioClock
 
 KEPT = QueueOpts(keep_completed_s=3600)
 LOGGER = "alkstore_trio.worker"
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
-
-
-async def wait_until(predicate, *, limit=300.0):
-    deadline = trio.current_time() + limit
-    while not predicate():
-        assert trio.current_time() < deadline, "condition never became true"
-        await trio.sleep(0.01)
 
 
 @pytest.fixture
