@@ -4,6 +4,7 @@ Every test runs on trio's ``MockClock`` with the store on :class:`TrioClock`."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from contextlib import asynccontextmanager
 
@@ -39,14 +40,16 @@ async def test_q17_8_workers_fire_each_fire_time_once_and_on_time(autojump_clock
     every = Periodic("every-10s", "reports", every_s=10)
     async with open_store("memory://", clock=TrioClock()) as store:
         workers = [Worker(store, {"other": nothing}, periodic=[every]) for _ in range(3)]
-        with workers[0].events(buffer=None) as events:
+        with contextlib.ExitStack() as stack:
+            streams = [stack.enter_context(w.events(buffer=None)) for w in workers]
             async with running(*workers):
                 await trio.sleep(95)
-            fired = [e async for e in events if e.kind == "periodic_fired"]
+            fired = [e for events in streams async for e in events if e.kind == "periodic_fired"]
         got = await fire_times(store)
     assert len(got) == 9, got  # at 10, 20, ..., 90 s: no duplicate, no gap
     assert len(set(got)) == 9
-    # Whichever worker came first fired; the first worker reported what it fired.
+    # Whichever worker came first fired, and reported what it fired (which one wins each
+    # fire time is the scheduler's choice: the events of all three are counted).
     assert 1 <= len(fired) <= 9
     assert all(e.queue == "reports" and "every-10s" in e.message for e in fired)
 
