@@ -33,6 +33,11 @@ fmt:
 bench *ARGS:
     pytest tests/benchmarks tests/benchmarks/bench_driver.py -m bench -s -n 0 {{ARGS}}
 
+# The worker's instructions per job under callgrind, against other commits: an A/B that
+# load cannot disturb (needs valgrind), e.g. `just instructions 172fa40`.
+instructions REFS:
+    python tests/benchmarks/probe_worker_instructions.py --ab {{REFS}}
+
 # Build the documentation site into site/ (git-ignored); any warning is an error.
 docs:
     NO_MKDOCS_2_WARNING=1 mkdocs build --strict

@@ -502,7 +502,7 @@ class ClaimBook:
             elif state is ClaimState.COMMITTING:
                 claim.aborted_at = now  # R16: settled by committed()
             elif state is ClaimState.FINISHED and claim.aborted_at is None and not claim.in_tx:
-                claim.aborted_at = now
+                claim.aborted_at = claim.ended_at = now  # it ended before: no latency
                 claim.outcome = CANCELLED
         return aborted, unstarted
 
@@ -596,8 +596,10 @@ class ClaimBook:
         groups: dict[tuple[str, str], list[Claim]] = {}
         for claim in claims:
             if claim.state is ClaimState.SETTLING:
-                assert claim.outcome is not None
-                groups.setdefault((claim.queue, statement_kind(claim.outcome)), []).append(claim)
+                outcome = claim.outcome
+                assert outcome is not None
+                kind = outcome.kind if outcome.kind != "release" else statement_kind(outcome)
+                groups.setdefault((claim.queue, kind), []).append(claim)
         return groups
 
     def settled(self, claim: Claim, done: bool, *, cancelled: bool = False) -> str:

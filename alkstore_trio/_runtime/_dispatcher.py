@@ -442,8 +442,12 @@ class Dispatcher:
         D21: one round trip per cycle when draining) and start their job actors."""
         handles = [claim.handle for claim in group]
         # Q19.1: the results of kept jobs go with the ack (None: no result in the group).
-        given = [_outcome(claim).result for claim in group]
-        results_of = given if any(result is not None for result in given) else None
+        results_of = None
+        for claim in group:  # a loop, no call per claim: this runs for every job
+            outcome = claim.outcome
+            if outcome is not None and outcome.result is not None:
+                results_of = [_outcome(each).result for each in group]
+                break
         n = self._book.fused_claim_size(queue.name, len(group))
         if n == 0:
             if results_of is None:

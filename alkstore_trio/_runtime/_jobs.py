@@ -157,7 +157,8 @@ class JobActors:
         finally:
             if claim.heartbeat_scope is not None:
                 claim.heartbeat_scope.cancel()
-            claim.ended_at = trio.current_time()  # R15: a cancel's latency ends here
+            if claim.aborted_at is not None:
+                claim.ended_at = trio.current_time()  # R15: a cancel's latency ends here
             # Cancelled (by the book's decision, or by the lease deadline), or a
             # BaseException (KeyboardInterrupt) escaped the handler: result is None and
             # the book decides whether the claim is to be released or is lost.
@@ -179,7 +180,9 @@ class JobActors:
         try:
             if timeout_s is None:
                 value = await handler(job)
-                return self._acked(job, value) if not claim.in_tx else self._after_tx(job, value)
+                if claim.in_tx:
+                    return self._after_tx(job, value)
+                return ACK if value is None else self._acked(job, value)
             with trio.move_on_after(timeout_s) as timeout:
                 value = await handler(job)
             if claim.in_tx:
@@ -189,7 +192,7 @@ class JobActors:
                 error = f"job timed out after {timeout_s:g}s ({param})"
                 self.reporter.log(logging.WARNING, "timeout", job, "%s", error, error=error)
                 return Outcome("retry", error)
-            return self._acked(job, value)
+            return ACK if value is None else self._acked(job, value)
         except TimedOut as timed_out:  # T5: a task's own timeout_s is a timeout too
             self.counts["timed_out"] += 1
             text = error_text(timed_out.error)

@@ -53,17 +53,19 @@ def checked_handles(
         )
     checked = list(handles)
     seen: set[int] = set()
+    store, name = queue._store, queue.name
     for handle in checked:
         if not isinstance(handle, JobHandle):
             raise InvalidArgument(f"{where} must hold job handles; got a {type(handle).__name__}")
-        if handle._queue._store is not queue._store or handle._job.queue != queue.name:
+        if handle._queue._store is not store or handle._job.queue != name:
             raise InvalidArgument(
                 f"job handle {handle.id} belongs to another store or queue "
                 f"(queue {handle._job.queue!r}), not to queue {queue.name!r}"
             )
-        if handle.id in seen:
-            raise InvalidArgument(f"job {handle.id} appears twice in {where}")
-        seen.add(handle.id)
+        job_id = handle._job.id
+        if job_id in seen:
+            raise InvalidArgument(f"job {job_id} appears twice in {where}")
+        seen.add(job_id)
     return checked
 
 
@@ -142,7 +144,8 @@ class JobHandle:
     def __init__(self, queue: Queue, job: Job) -> None:
         self._queue = queue
         self._job = job
-        self._claim = Claim(job.id, claim_token(job))
+        token = job.claim_token  # claim_token(job) only to raise: every claim comes here
+        self._claim = Claim(job.id, token if token is not None else claim_token(job))
         self._consumed = False
 
     @property

@@ -46,7 +46,10 @@ def ack_items(
     job of it is kept (Q19.2), its completions (each kept job's result; an unkept job's
     result discarded); ``None`` when the plain ack finishes the batch."""
     claims = [handle._claim for handle in handles]
-    if all(handle._job.keep_completed_s is None for handle in handles):
+    for handle in handles:  # a loop, not all(<generator>): it runs for every job
+        if handle._job.keep_completed_s is not None:
+            break
+    else:
         return claims, None
     given = results if results is not None else [None] * len(handles)
     return claims, [
