@@ -611,16 +611,25 @@ class ReferenceModel:
         return count
 
     def purge_dead(
-        self, queue: str, older_than_s: float | None, *, dry_run: bool = False, now: datetime
+        self,
+        queue: str,
+        older_than_s: float | None,
+        *,
+        dry_run: bool = False,
+        ids: Iterable[int] | None = None,
+        now: datetime,
     ) -> int:
         """D25: delete this queue's dead rows with ``died_at + older_than_s < now`` (every
-        one for ``None``); returns how many. D29: with ``dry_run``, only count them."""
+        one for ``None``); returns how many. D29: with ``dry_run``, only count them.
+        D25.1: with ``ids``, only the dead rows among them."""
+        wanted = None if ids is None else set(ids)
         doomed = [
             job.id
             for job in self.jobs()
             if job.queue == queue
             and job.state == "dead"
             and job.died_at is not None
+            and (wanted is None or job.id in wanted)
             and (older_than_s is None or _after(job.died_at, older_than_s) < now)
         ]
         if not dry_run:

@@ -317,7 +317,14 @@ def _draw_row_step(draw: st.DrawFn, run: _Run, kind: _StepKind, queue: str) -> _
         redrive_pool = st.sampled_from([*dead, *dead, *run._id_pool()])
         return RequeueDead(queue, ids=tuple(draw(redrive_pool) for _ in range(draw(_TX_SIZES))))
     if kind == "purge_dead":
-        return PurgeDead(queue, older_than_s=draw(_PURGE_AGES), dry_run=draw(st.booleans()))
+        older_than_s, dry_run = draw(_PURGE_AGES), draw(st.booleans())
+        if draw(st.booleans()):
+            return PurgeDead(queue, older_than_s=older_than_s, dry_run=dry_run)
+        # D25.1: a selection, dead ids of this queue first, then any id.
+        dead = [job.id for job in jobs if job.state == "dead" and job.queue == name]
+        pool = st.sampled_from([*dead, *dead, *run._id_pool()])
+        chosen = tuple(draw(pool) for _ in range(draw(_TX_SIZES)))
+        return PurgeDead(queue, older_than_s=older_than_s, dry_run=dry_run, ids=chosen)
     assert kind == "inspect", kind
     return Inspect(queue, every_queue=draw(st.booleans()), limit=draw(_LIST_LIMITS))
 

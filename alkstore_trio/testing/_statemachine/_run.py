@@ -436,9 +436,10 @@ class _Run:
 
     async def _purge_dead(self, step: PurgeDead, now: datetime) -> _Outcome:
         queue = self.queues[step.queue]
-        got_count = await queue.purge_dead(step.older_than_s, dry_run=step.dry_run)
+        ids = None if step.ids is None else list(step.ids)
+        got_count = await queue.purge_dead(step.older_than_s, dry_run=step.dry_run, ids=ids)
         want_count = self.model.purge_dead(
-            queue.name, step.older_than_s, dry_run=step.dry_run, now=now
+            queue.name, step.older_than_s, dry_run=step.dry_run, ids=step.ids, now=now
         )
         _agree(f"{step}: count", got_count, want_count)
         return got_count

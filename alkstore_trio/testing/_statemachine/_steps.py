@@ -224,11 +224,13 @@ class RequeueDead(_Step):
 
 @dataclass(frozen=True, repr=False)
 class PurgeDead(_Step):
-    """``queue.purge_dead(older_than_s, dry_run=dry_run)`` (D25, D29)."""
+    """``queue.purge_dead(older_than_s, dry_run=dry_run, ids=ids)`` (D25, D29, D25.1:
+    ``ids`` ``None`` passes none)."""
 
     queue: str
     older_than_s: float | None = None
     dry_run: bool = False
+    ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, repr=False)
