@@ -507,14 +507,16 @@ def table_rows(schema: str) -> int:
     return int(row[0])
 
 
-def prefill(schema: str, jobs: int) -> float:
-    """Enqueue ``jobs`` jobs with ``enqueue_many`` (calls of 1,000); the seconds it took."""
+def prefill(schema: str, jobs: int, keep_completed_s: float | None = None) -> float:
+    """Enqueue ``jobs`` jobs with ``enqueue_many`` (calls of 1,000), stamped with
+    ``keep_completed_s`` (Q19.2: their acks keep them); the seconds it took."""
 
     async def run() -> float:
         async with alkstore_trio.open_store(
             bp.dsn(), schema=schema, migrate="check", application_name="alkstore_trio:bench-prefill"
         ) as store:
-            queue = store.queue(QUEUE)
+            opts = alkstore_trio.QueueOpts(keep_completed_s=keep_completed_s)
+            queue = store.queue(QUEUE, opts)
             started = time.perf_counter()
             left = jobs
             while left:
@@ -564,6 +566,7 @@ class BurnVariant:
     runs: list[dict[str, float]] = field(default_factory=list)  # per round: rate, wall, cpu
     pythonpath: str | None = None  # the code of another commit (--ab)
     procs: int = 1
+    keep_completed_s: float | None = None  # Q19.2: the jobs' acks keep them (history on)
 
     def rate(self) -> float:
         return statistics.median(r["rate"] for r in self.runs)
@@ -588,9 +591,13 @@ def burn_variants() -> list[BurnVariant]:
             BurnVariant(name, "library", _worker_specs(c, procs, prefetch), procs=procs)
             for name, c, procs, prefetch in WORKER_VARIANTS
         ),
+        # Q19.2, history on: every ack moves its row to completed_jobs (kept an hour).
+        BurnVariant(KEPT, "library", _worker_specs(100, 1, 0), keep_completed_s=3600.0),
     ]
 
 
+#: The Worker burn-down with completed-job history on (issue 15: "report the cost").
+KEPT = "Worker c=100, 1 process, completed jobs kept"
 #: The raw loop with the library's lease semantics: item 4's yardstick.
 LEASE_LOOP = "raw UPDATE lease claim + DELETE, 2 tx"
 #: (name, concurrency, processes, prefetch) of the Worker burn-down variants.
@@ -679,7 +686,11 @@ def burn_once(variant: BurnVariant, jobs: int, log: Callable[[str], None]) -> di
     tree = None if variant.pythonpath is None else Path(variant.pythonpath)
     with bp.fresh_schema(template=None if tree is None else _schema_template(tree)) as schema:
         # The other commit's own enqueue: a later version writes columns it lacks.
-        enqueue_s = prefill(schema, jobs) if tree is None else prefill_with(tree, schema, jobs)
+        enqueue_s = (
+            prefill(schema, jobs, variant.keep_completed_s)
+            if tree is None
+            else prefill_with(tree, schema, jobs)
+        )
         with children(*variant.specs(schema), pythonpath=variant.pythonpath) as kids:
             t_go = time.perf_counter()
             for kid in kids:
@@ -892,7 +903,11 @@ class Report:
 
     def best_worker(self) -> BurnVariant | None:
         """The fastest Worker variant in one process (item 4's targets are per process)."""
-        lib = [v for v in self.burn if v.kind == "library" and v.procs == 1 and v.runs]
+        lib = [
+            v
+            for v in self.burn
+            if v.kind == "library" and v.procs == 1 and v.runs and v.keep_completed_s is None
+        ]
         return max(lib, key=BurnVariant.rate) if lib else None
 
     def variant(self, name: str) -> BurnVariant | None:
@@ -924,6 +939,14 @@ def format_tables(report: Report) -> str:
                 f"{p['cpu_us']:.1f} | {ratio} |"
             )
         lines.append("")
+        kept, plain = report.variant(KEPT), report.variant("Worker c=100, 1 process")
+        if kept is not None and plain is not None:
+            lines += [
+                f"History on (Q19.2, every ack keeps its job): {burn_ratio(kept, plain):.2f}x "
+                f"the jobs/s of {plain.name}, client CPU {plain.cpu_us():.1f} -> "
+                f"{kept.cpu_us():.1f} µs/job.",
+                "",
+            ]
     if report.steady:
         lines += [
             f"Steady state: a producer process ({PRODUCER_TASKS} tasks calling enqueue_many) "
