@@ -79,6 +79,7 @@ from ._events import (
 )
 from ._jobs import JobActors
 from ._periodic import PeriodicActor
+from ._registry import RegistryActor, registration_of
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
@@ -224,6 +225,14 @@ class Worker:
         self._finished = False
         self._inbox: trio.MemorySendChannel[Message] | None = None
         self._counts: dict[str, int] = {"engine_errors": 0}
+        self._registry = RegistryActor(  # Q21
+            store,
+            registration_of(
+                self._worker_id, tuple(q.name for q in self._queues), self._book.concurrency
+            ),
+            self._reporter,
+            self._counts,
+        )
         self._actors = JobActors(
             self._book, self._reporter, job_timeout_s, timeouts, store.max_result_bytes
         )
@@ -376,6 +385,7 @@ class Worker:
         except BaseExceptionGroup as group:
             failure = lone_exception(group)
         finally:
+            await self._registry.stop()
             self._log(logging.INFO, "worker_stop", None, "stopped")
             self._finished = True
             self._reporter.close()
@@ -390,7 +400,8 @@ class Worker:
         task_status: trio.TaskStatus[None],
     ) -> None:
         """R1: the long-lived actors under the supervisor, the dispatcher as its body.
-        R14: a scheduler-only worker (no queues) runs the periodic actor alone."""
+        R14: a scheduler-only worker (no queues) runs the periodic actor alone. Q21.3:
+        every worker runs the registry actor."""
         async with open_supervisor(
             name=f"worker {self._worker_id}",
             max_restarts=self._max_restarts,
@@ -401,6 +412,7 @@ class Worker:
             self._supervisor = supervisor
             if self._queues:
                 await self._start_queue_actors(supervisor, inbox_send, timer_inbox)
+            await self._registry.start(supervisor)
             await self._periodic.start(supervisor, self._reporter, self._counts)
             task_status.started()
             await self._dispatcher.dispatch(inbox)
