@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .._store import Store
     from ._events import Reporter
     from ._supervisor import Supervisor
+    from ._worker import Worker
 
 
 @functools.cache
@@ -73,6 +74,13 @@ class RegistryActor:
     tried: bool = False
     #: A start succeeded: later writes are beats.
     registered: bool = False
+
+    @classmethod
+    def of(cls, store: Store, worker: Worker, concurrency: int) -> RegistryActor:
+        """The registry actor of ``worker`` (made by its ``__init__``)."""
+        queues = tuple(queue.name for queue in worker.queues)
+        registration = registration_of(worker.worker_id, queues, concurrency)
+        return cls(store, registration, worker._reporter, worker._counts)
 
     async def start(self, supervisor: Supervisor) -> None:
         """Start :func:`serve_registry` under the worker's supervisor (as

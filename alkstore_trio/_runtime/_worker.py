@@ -79,7 +79,7 @@ from ._events import (
 )
 from ._jobs import JobActors
 from ._periodic import PeriodicActor
-from ._registry import RegistryActor, registration_of
+from ._registry import RegistryActor
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
@@ -225,14 +225,7 @@ class Worker:
         self._finished = False
         self._inbox: trio.MemorySendChannel[Message] | None = None
         self._counts: dict[str, int] = {"engine_errors": 0}
-        self._registry = RegistryActor(  # Q21
-            store,
-            registration_of(
-                self._worker_id, tuple(q.name for q in self._queues), self._book.concurrency
-            ),
-            self._reporter,
-            self._counts,
-        )
+        self._registry = RegistryActor.of(store, self, self._book.concurrency)  # Q21
         self._actors = JobActors(
             self._book, self._reporter, job_timeout_s, timeouts, store.max_result_bytes
         )
