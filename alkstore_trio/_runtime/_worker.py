@@ -17,6 +17,9 @@ with the time they read and carry out its decisions:
 - the **re-poll timer** (R4) ticks every ``poll_interval_s`` and when a delayed job the
   dispatcher knows of becomes due;
 - the **sweeper** (R10) runs ``sweep_expired`` on a cadence (it changes no claimed job);
+- the **registry actor** (Q21.3, :mod:`._registry`) keeps the worker's row in the
+  store's worker registry: registered at start, a beat every 15 s, stopped on the way
+  out (one statement per interval, never one per job);
 - one **job actor** per claim (R5) runs the handler in its own cancel scope — unless the
   book says the claim's lease already ran out (item 5: a worker frozen between a claim
   and the start never runs a stale claim's handler) — and reports the end, with a

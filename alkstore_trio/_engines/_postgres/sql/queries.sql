@@ -1757,7 +1757,7 @@ purged AS (
     )
     RETURNING 1
 )
-INSERT INTO @schema@.workers AS w (
+INSERT INTO @schema@.workers AS c (
     worker_id, host, pid, queues, concurrency, version, started_at, heartbeat_at, stopped_at
 )
 SELECT
@@ -1770,7 +1770,7 @@ ON CONFLICT (worker_id) DO UPDATE SET
     queues = EXCLUDED.queues,
     concurrency = EXCLUDED.concurrency,
     version = EXCLUDED.version,
-    started_at = CASE WHEN %(start)s::boolean THEN EXCLUDED.started_at ELSE w.started_at END,
+    started_at = CASE WHEN %(start)s::boolean THEN EXCLUDED.started_at ELSE c.started_at END,
     heartbeat_at = EXCLUDED.heartbeat_at,
     stopped_at = NULL;
 
