@@ -41,6 +41,8 @@ from ._core import QueueStats as QueueStats
 from ._core import StoreStats as StoreStats
 from ._core import SweepResult as SweepResult
 from ._core import Throttled as Throttled
+from ._core import WorkerInfo as WorkerInfo
+from ._core import WorkerRegistration as WorkerRegistration
 from ._engines._wake import WakeListener as WakeListener
 from ._errors import AlkstoreError as AlkstoreError
 from ._errors import ClaimLost as ClaimLost

@@ -29,6 +29,7 @@ from . import (
     stats,
     sweep,
     worker,
+    workers,  # Q21
 )
 from . import queue as queue_commands  # Q18
 from ._args import (
@@ -88,6 +89,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         sweep,
         periodic,
         queue_commands,
+        workers,
         dashboard,
     ):
         module.add_parser(commands, env)

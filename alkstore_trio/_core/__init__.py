@@ -56,3 +56,7 @@ from ._transitions import needs_pre_claim_sweep as needs_pre_claim_sweep
 from ._transitions import released as released
 from ._transitions import requeued as requeued
 from ._transitions import retried as retried
+
+# Q21 the worker registry
+from ._workers import WorkerInfo as WorkerInfo
+from ._workers import WorkerRegistration as WorkerRegistration

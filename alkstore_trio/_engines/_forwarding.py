@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
+    from .._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from ._protocol import (
         Claim,
         Completion,
@@ -195,6 +196,14 @@ class ForwardingEngine:
 
     async def delete_periodic(self, name: str) -> bool:
         return await self.inner.delete_periodic(name)
+
+    # -- Q21 the worker registry -----------------------------------------------------------
+
+    async def beat_worker(self, registration: WorkerRegistration, phase: BeatPhase) -> None:
+        await self.inner.beat_worker(registration, phase)
+
+    async def list_workers(self, gone_after_s: float, limit: int) -> list[WorkerInfo]:
+        return await self.inner.list_workers(gone_after_s, limit)
 
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
+    from .._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from ._wake import DoneListener, WakeListener
 
 
@@ -228,6 +229,16 @@ class WorkPath(Protocol):
         enqueued, and the delay until the earliest next fire."""
         ...
 
+    # Q21 the worker registry: the workers' half.
+    async def beat_worker(self, registration: WorkerRegistration, phase: BeatPhase) -> None:
+        """Q21.2: in one atomic step with one clock read, write the worker's row:
+        ``"start"`` afresh (started and beat now, not stopped), ``"beat"`` beat now and
+        not stopped (a missing row made again, started now), ``"stop"`` beat and stopped
+        now (a missing row stays missing). A start or a beat also deletes up to
+        ``WORKER_PURGE_BATCH`` rows whose heartbeat is older than
+        ``WORKER_PURGE_AFTER_S`` (Q21.4)."""
+        ...
+
 
 class OperatorPath(Protocol):
     """Reads and operator actions: off the hot path."""
@@ -328,6 +339,12 @@ class OperatorPath(Protocol):
         finished first. ``refill`` starts the rate limit's token bucket full (else it
         keeps its tokens). The queue is woken. The limits and the throttle counts are
         read back through :meth:`stats` (``QueueStats.limits``, ``.throttled``)."""
+        ...
+
+    # Q21 the worker registry: the operators' half.
+    async def list_workers(self, gone_after_s: float, limit: int) -> list[WorkerInfo]:
+        """Q21.4: up to ``limit`` rows at one clock read, the latest heartbeat first
+        (ties by ``worker_id``), each with its state at that read."""
         ...
 
 

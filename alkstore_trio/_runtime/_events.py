@@ -154,6 +154,7 @@ EVENT_KINDS: Final = frozenset(
         "sweep_failed",  # sweep_expired failed (job None)
         "periodic_fired",  # Q17: a schedule enqueued a job (job None; the message says which)
         "periodic_failed",  # Q17: fire_periodic failed; tried again (job None)
+        "worker_beat_failed",  # Q21: writing the worker registry failed; tried again (job None)
         "draining",  # stopping: waiting for running handlers (job None)
         "finalize_incomplete",  # stopping: some claims could not be finalized (job None)
         "worker_stop",  # run() is returning (job None); the stream ends after it

@@ -17,6 +17,9 @@ with the time they read and carry out its decisions:
 - the **re-poll timer** (R4) ticks every ``poll_interval_s`` and when a delayed job the
   dispatcher knows of becomes due;
 - the **sweeper** (R10) runs ``sweep_expired`` on a cadence (it changes no claimed job);
+- the **registry actor** (Q21.3, :mod:`._registry`) keeps the worker's row in the
+  store's worker registry: registered at start, a beat every 15 s, stopped on the way
+  out (one statement per interval, never one per job);
 - one **job actor** per claim (R5) runs the handler in its own cancel scope — unless the
   book says the claim's lease already ran out (item 5: a worker frozen between a claim
   and the start never runs a stale claim's handler) — and reports the end, with a
@@ -79,6 +82,7 @@ from ._events import (
 )
 from ._jobs import JobActors
 from ._periodic import PeriodicActor
+from ._registry import RegistryActor
 from ._supervisor import open_supervisor
 
 if TYPE_CHECKING:
@@ -224,6 +228,7 @@ class Worker:
         self._finished = False
         self._inbox: trio.MemorySendChannel[Message] | None = None
         self._counts: dict[str, int] = {"engine_errors": 0}
+        self._registry = RegistryActor.of(store, self, self._book.concurrency)  # Q21
         self._actors = JobActors(
             self._book, self._reporter, job_timeout_s, timeouts, store.max_result_bytes
         )
@@ -376,6 +381,7 @@ class Worker:
         except BaseExceptionGroup as group:
             failure = lone_exception(group)
         finally:
+            await self._registry.stop()
             self._log(logging.INFO, "worker_stop", None, "stopped")
             self._finished = True
             self._reporter.close()
@@ -390,7 +396,8 @@ class Worker:
         task_status: trio.TaskStatus[None],
     ) -> None:
         """R1: the long-lived actors under the supervisor, the dispatcher as its body.
-        R14: a scheduler-only worker (no queues) runs the periodic actor alone."""
+        R14: a scheduler-only worker (no queues) runs the periodic actor alone. Q21.3:
+        every worker runs the registry actor."""
         async with open_supervisor(
             name=f"worker {self._worker_id}",
             max_restarts=self._max_restarts,
@@ -401,6 +408,7 @@ class Worker:
             self._supervisor = supervisor
             if self._queues:
                 await self._start_queue_actors(supervisor, inbox_send, timer_inbox)
+            await self._registry.start(supervisor)
             await self._periodic.start(supervisor, self._reporter, self._counts)
             task_status.started()
             await self._dispatcher.dispatch(inbox)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, final
 from .._core import DEFAULT_OPTS, Enqueued, EnqueueSpec, Job, QueueOpts, StoreStats, enqueue_specs
 from .._core import _periodic as periodic  # Q17
 from .._core import _validate as v
+from .._core import _workers as workers  # Q21
 from .._engines._protocol import Completion
 from .._errors import ClaimLost, HandleConsumed, InvalidArgument, StoreClosed
 from ._handle import JobHandle, _consume_all
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
+    from .._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from .._engines._protocol import Engine, EngineTransaction, SqlParams
     from .._engines._wake import WakeListener
 
@@ -270,6 +272,57 @@ class Store:
         """
         self._check_open()
         return await self._engine.delete_periodic(periodic.check_name(name))
+
+    # -- Q21 the worker registry -----------------------------------------------------------
+
+    async def beat_worker(self, registration: WorkerRegistration, phase: BeatPhase) -> None:
+        """Write this worker's row in the registry (Q21.2); :class:`~alkstore_trio.Worker`
+        calls it at start, every ``WORKER_BEAT_S`` and at its stop.
+
+        One atomic step on the engine's clock: ``"start"`` writes the row afresh,
+        ``"beat"`` stamps the heartbeat (making a purged row again), ``"stop"`` stamps
+        the heartbeat and the stop. A start or a beat also purges a bounded batch of the
+        rows unheard of for a day (Q21.4).
+
+        Args:
+            registration: The worker's :class:`~alkstore_trio.WorkerRegistration`.
+            phase: ``"start"``, ``"beat"`` or ``"stop"``.
+
+        Raises:
+            InvalidArgument: ``registration`` is not a ``WorkerRegistration`` or
+                ``phase`` is not one of the three.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        if not isinstance(registration, workers.WorkerRegistration):
+            raise InvalidArgument(
+                f"registration must be a WorkerRegistration; got {type(registration).__name__}"
+            )
+        checked = workers.check_phase(phase)
+        await self._engine.beat_worker(registration, checked)
+
+    async def list_workers(
+        self,
+        *,
+        gone_after_s: float = workers.WORKER_GONE_AFTER_S,
+        limit: int = workers.WORKERS_LIST_DEFAULT,
+    ) -> list[WorkerInfo]:
+        """The registered workers, the latest heartbeat first (Q21.4): what each serves,
+        when it started and last beat, and whether it runs, stopped or is gone.
+
+        Args:
+            gone_after_s: A worker not stopped whose last beat is older than this reads
+                as ``"gone"`` (> 0; default 60 s, four beats).
+            limit: The most rows (1-10000; default 1000).
+
+        Raises:
+            InvalidArgument: ``gone_after_s`` or ``limit`` is invalid.
+            StoreClosed: the store is closed.
+        """
+        self._check_open()
+        gone = v.check_duration("gone_after_s", gone_after_s, min_s=0, min_inclusive=False)
+        checked = v.check_int("limit", limit, lo=1, hi=workers.WORKERS_LIST_MAX)
+        return await self._engine.list_workers(gone, checked)
 
     async def aclose(self) -> None:
         """Close the store. Closing twice is harmless."""

@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._core import QueueLimits
-from .._errors import AlkstoreError, InvalidArgument
+from .._errors import AlkstoreError, EngineError, InvalidArgument
 from . import _live, _views
 from ._security import CSRF_FIELD, MAX_FORM_BYTES, Auth, Guard, csrf_cookie, form_csrf_ok
 
@@ -330,10 +330,21 @@ class _Pages:
         return await self._run(request, page)
 
     async def workers(self, request: Request) -> Response:
-        """Who holds which jobs: the processing and cancelling rows by ``claimed_by``."""
+        """Every registered worker, idle or busy (Q21), and who holds which jobs: the
+        processing and cancelling rows by ``claimed_by``."""
 
         async def page() -> tuple[str, dict[str, object]]:
             stats = await self._shared.read()
+            registry_error = None
+            try:
+                registered = await self._store.list_workers()
+            except EngineError as exc:  # e.g. a reader role granted before migration 15
+                _log.warning(
+                    "dashboard: %s reading the worker registry: %s",
+                    type(exc).__name__,
+                    self._redact(" ".join(str(exc).split())),
+                )
+                registered, registry_error = [], type(exc).__name__
             held = []
             for entry in stats.queues:
                 if not (entry.processing or entry.cancelling):
@@ -343,7 +354,8 @@ class _Pages:
                     if getattr(entry, state):
                         held += await queue.list_jobs(state, limit=WORKERS_SCAN)
             return "workers.html", {
-                "workers": _views.by_worker(held, stats.now),
+                "workers": _views.by_worker(held, stats.now, registered),
+                "registry_error": registry_error,
                 "scan": WORKERS_SCAN,
                 "now": stats.now,
             }

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
 
-    from .._core import Job
+    from .._core import Job, WorkerInfo
 
 #: How many payload (or result) bytes the job page previews (W6).
 PREVIEW_BYTES: Final = 4096
@@ -90,30 +90,49 @@ def iso(value: datetime | None) -> str:
 
 @dataclass(frozen=True)
 class WorkerRow:
-    """One worker id's held jobs (W1's workers page): how many, the oldest claim's age,
-    and the soonest lease end (negative: lapsed)."""
+    """One worker on W1's workers page: its registry row (Q21; ``None`` for a worker
+    that holds jobs but never registered, e.g. one of a release before schema version
+    15), and its held jobs: how many, the oldest claim's age, and the soonest lease end
+    (negative: lapsed)."""
 
     worker_id: str
+    info: WorkerInfo | None
     jobs: tuple[Job, ...]
     oldest_claim_age_s: float | None
     soonest_lease_left_s: float | None
 
+    @property
+    def state(self) -> str:
+        """``running``, ``stopped``, ``gone`` (Q21.4) or ``unregistered``."""
+        return "unregistered" if self.info is None else self.info.state
 
-def by_worker(jobs: Iterable[Job], now: datetime) -> list[WorkerRow]:
-    """Held jobs grouped by ``claimed_by``, the worker holding the most first."""
+
+#: The page's order: live workers first, then the ones that went away.
+_STATE_ORDER: Final = {"running": 0, "unregistered": 1, "gone": 2, "stopped": 3}
+
+
+def by_worker(
+    jobs: Iterable[Job], now: datetime, registered: Iterable[WorkerInfo] = ()
+) -> list[WorkerRow]:
+    """Every registered worker, busy or idle, and every other ``claimed_by`` that holds
+    jobs, each with its held jobs: running workers first, then unregistered holders,
+    gone and stopped ones; within each, the worker holding the most first."""
     groups: dict[str, list[Job]] = {}
     for job in jobs:
         groups.setdefault(job.claimed_by or "(unknown)", []).append(job)
+    infos = {info.worker_id: info for info in registered}
     rows = []
-    for worker_id, held in groups.items():
+    for worker_id in infos.keys() | groups.keys():
+        held = groups.get(worker_id, [])
         claimed = [(now - j.claimed_at).total_seconds() for j in held if j.claimed_at]
         leases = [(j.claim_expires_at - now).total_seconds() for j in held if j.claim_expires_at]
         rows.append(
             WorkerRow(
                 worker_id,
+                infos.get(worker_id),
                 tuple(sorted(held, key=lambda j: j.id)),
                 max(claimed, default=None),
                 min(leases, default=None),
             )
         )
-    return sorted(rows, key=lambda row: (-len(row.jobs), row.worker_id))
+    return sorted(rows, key=lambda row: (_STATE_ORDER[row.state], -len(row.jobs), row.worker_id))

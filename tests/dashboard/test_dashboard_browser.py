@@ -309,3 +309,39 @@ class _FirstUrl:
 
     def started(self, urls):
         self._status.started(next(u for u in urls if u.startswith("http://127.0.0.1:")))
+
+
+async def test_w1_q21_an_idle_registered_worker_shows_with_its_heartbeat_age(
+    browser, pg_store, schema, tmp_path
+):
+    # A worker that holds no job, which the held-jobs view could not show, and one that
+    # went silent (its last beat back-dated 5 minutes), beside a holder that never
+    # registered (a worker of an older release).
+    from alkstore_trio import WorkerRegistration
+
+    idle = WorkerRegistration("web-1:8121:idle", "web-1", 8121, ("emails",), 10, "1.0")
+    lost = WorkerRegistration("web-2:77:lost", "web-2", 77, ("emails", "reports"), 4, "1.0")
+    await pg_store.beat_worker(idle, "start")
+    await pg_store.beat_worker(lost, "start")
+    async with pg_store.transaction() as tx:
+        await tx.execute(
+            f'UPDATE "{schema}".workers SET heartbeat_at = heartbeat_at - '
+            "interval '5 minutes' WHERE worker_id = 'web-2:77:lost'"
+        )
+    await pg_store.queue("reports").enqueue(b"r")
+    held = await pg_store.queue("reports").claim_one("old-release:1:abc")
+    await browser.open("/workers")
+    await browser.wait_for('tr[data-worker="web-1:8121:idle"]')
+    row = 'tr[data-worker="web-1:8121:idle"]'
+    assert (await browser.texts(f"{row} td"))[:6] == [
+        "web-1:8121:idle", "running", "web-1 / 8121", "emails", "10",
+        (await browser.texts(f"{row} td.heartbeat-age"))[0],
+    ]  # fmt: skip
+    assert (await browser.texts(f"{row} td.heartbeat-age"))[0].endswith("s ago")
+    gone = 'tr[data-worker="web-2:77:lost"]'
+    assert await browser.texts(f"{gone} td.heartbeat-age") == ["5.0m ago"]
+    assert (await browser.texts(f"{gone} td"))[1] == "gone"
+    old = 'tr[data-worker="old-release:1:abc"]'
+    assert (await browser.texts(f"{old} td"))[1] == "unregistered"
+    assert f"reports#{held.id}" in " ".join(await browser.texts(f"{old} td"))
+    await browser.screenshot("workers-registry", tmp_path)

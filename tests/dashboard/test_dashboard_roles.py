@@ -12,7 +12,7 @@ from _dashboard_client import Client
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
-from alkstore_trio import AlkstoreError, open_store
+from alkstore_trio import AlkstoreError, WorkerRegistration, open_store
 from alkstore_trio.dashboard import create_app
 
 
@@ -44,6 +44,8 @@ async def test_w4_read_only_runs_as_a_role_with_select_only(pg_dsn, schema, read
         dead = int(await q.enqueue(b"bad", max_attempts=1, priority=9))
         handle = await q.claim_one("w")
         await handle.fail("boom")
+        # Q21: a registered worker, read from the workers table on the workers page.
+        await owner.beat_worker(WorkerRegistration("idle-7", "h", 7, ("emails",), 1), "start")
     run(
         pg_dsn,
         "GRANT USAGE ON SCHEMA {schema} TO {role}",
@@ -64,9 +66,13 @@ async def test_w4_read_only_runs_as_a_role_with_select_only(pg_dsn, schema, read
             f"/jobs/{live}",
             f"/jobs/{dead}",
             "/dead",
+            "/workers",
         ):
             reply = await client.get(path)
             assert reply.status == 200, (path, reply.text)
+            if path == "/workers":
+                assert 'data-worker="idle-7"' in reply.text
+                assert "registry-error" not in reply.text
         # The role itself cannot write: read-only is enforced by the server too.
         with pytest.raises(AlkstoreError, match="permission denied"):
             await store.queue("emails").pause()

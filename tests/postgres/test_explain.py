@@ -559,6 +559,26 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
         ],
         "delete_periodic": [("one schedule", {"name": "a"})],
         "list_periodic": [("default horizon", {"stale_after_s": 600.0})],
+        # Q21: the worker registry touches only the workers table.
+        "beat_worker": [
+            (
+                f"start={start}",
+                {
+                    "worker_id": "host-a:41:beef",
+                    "host": "host-a",
+                    "pid": 41,
+                    "queues": [QUEUE],
+                    "concurrency": 10,
+                    "version": "1.0",
+                    "start": start,
+                    "purge_after_s": 86400.0,
+                    "purge_batch": 100,
+                },
+            )
+            for start in (True, False)
+        ],
+        "stop_worker": [("one worker", {"worker_id": "host-a:41:beef"})],
+        "list_workers": [("the default limit", {"limit": 1000})],
         # Q18: queue controls.
         "set_paused": [
             (

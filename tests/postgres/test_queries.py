@@ -193,6 +193,7 @@ CONTRACT_WORDS = {
 }  # fmt: skip
 CONTRACT_WORDS |= {"set_paused"}  # Q18: queue controls.
 CONTRACT_WORDS |= {"delete_periodic"}  # Q17.10
+CONTRACT_WORDS |= {"beat_worker", "stop_worker", "list_workers"}  # Q21
 CONTRACT_WORDS |= {"payload_slice"}  # Q8: a large payload, read in slices
 CONTRACT_WORDS |= {"set_limits", "lock_limits", "claim_limited", "wake"}  # Q18.7-
 CONTRACT_WORDS |= {"claim_per_key"}  # Q18.8

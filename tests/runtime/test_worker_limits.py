@@ -304,7 +304,8 @@ async def test_r14_a_scheduler_only_worker_fires_schedules_and_claims_nothing(
         await trio.sleep(35)
         assert worker._supervisor is not None
         children = [child.name for child in worker._supervisor.statistics().children]
-        assert children == ["periodic"]  # no listener, no timer, no sweeper
+        # No listener, no timer, no sweeper; the registry actor (Q21.3) runs in every worker.
+        assert children == ["registry", "periodic"]
     stats = (await store.stats("reports")).queues[0]
     assert (stats.pending_ready, stats.processing) == (3, 0)  # fired at 10, 20, 30; none claimed
     assert worker.statistics().claimed == 0

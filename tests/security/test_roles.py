@@ -188,6 +188,9 @@ async def test_security_runtime_role_with_dml_only_runs_a_worker_migration_role_
             worker.stop()
         stats = worker.statistics()
         assert (stats.acked, stats.dead_lettered, stats.engine_errors) == (5, 1, 0)
+        # Q21: the worker registered, beat and stopped under the documented grants.
+        (registered,) = await store.list_workers()
+        assert (registered.worker_id, registered.state) == (worker.worker_id, "stopped")
         (dead,) = [job_id for job_id in ids if (await queue.get_job(job_id)) is not None]
         assert dead == ids[-1]
         report = recorder.check(enqueued=ids, final=await read_final_state([queue], ids))

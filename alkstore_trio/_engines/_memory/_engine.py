@@ -30,6 +30,7 @@ from .._wake import DoneListener, WakeHub, WakeListener
 from ._periodic import PeriodicRows
 from ._redrive import KeyHeld
 from ._table import JobTable
+from ._workers import WorkerRows
 
 if TYPE_CHECKING:
     from ..._core import (
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         SweepResult,
     )
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
+    from ..._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from .._protocol import Claim, Completion, FailItem, ProgressItem, RetryItem, SqlParams
     from ._table import UniqueKey
 
@@ -105,6 +107,7 @@ class MemoryEngine:
         self._inbox: trio.MemorySendChannel[_Request] | None = None
         self._table = JobTable()
         self._periodic = PeriodicRows()  # Q17
+        self._workers = WorkerRows()  # Q21
         self.wakes = WakeHub()
         self._opened = False
         self._closed = False
@@ -418,6 +421,14 @@ class MemoryEngine:
 
     async def delete_periodic(self, name: str) -> bool:
         return await self._call(lambda table, now: self._periodic.delete(name))
+
+    # -- Q21 the worker registry -----------------------------------------------------------
+
+    async def beat_worker(self, registration: WorkerRegistration, phase: BeatPhase) -> None:
+        await self._call(lambda table, now: self._workers.beat(registration, phase, now))
+
+    async def list_workers(self, gone_after_s: float, limit: int) -> list[WorkerInfo]:
+        return await self._call(lambda table, now: self._workers.list(gone_after_s, limit, now))
 
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:

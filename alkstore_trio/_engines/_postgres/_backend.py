@@ -34,6 +34,7 @@ from ..._core import (
 )
 from ..._core import _validate as v
 from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
+from ..._core._workers import WORKER_PURGE_AFTER_S, WORKER_PURGE_BATCH
 from ..._errors import EngineError, InvalidArgument, StoreClosed
 from .._nursery import open_background_nursery
 from .._protocol import Completion
@@ -62,12 +63,14 @@ from ._params import (
 )
 from ._rows import job as _job
 from ._rows import utc as _utc
+from ._rows import worker_info as _worker_info
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
     from datetime import datetime
 
     from ..._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
+    from ..._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from .._protocol import Claim, FailItem, ProgressItem, RetryItem, SqlParams
     from ._pool import Pool
 
@@ -560,6 +563,29 @@ class PostgresEngine(Listening):
     async def delete_periodic(self, name: str) -> bool:
         ((count,),) = await self._run("delete_periodic", {"name": name})
         return bool(count)
+
+    # -- Q21 the worker registry -----------------------------------------------------------
+
+    async def beat_worker(self, registration: WorkerRegistration, phase: BeatPhase) -> None:
+        if phase == "stop":
+            await self._run("stop_worker", {"worker_id": registration.worker_id})
+            return
+        params: dict[str, object] = {
+            "worker_id": registration.worker_id,
+            "host": registration.host,
+            "pid": registration.pid,
+            "queues": list(registration.queues),
+            "concurrency": registration.concurrency,
+            "version": registration.version,
+            "start": phase == "start",
+            "purge_after_s": WORKER_PURGE_AFTER_S,
+            "purge_batch": WORKER_PURGE_BATCH,
+        }
+        await self._run("beat_worker", params)
+
+    async def list_workers(self, gone_after_s: float, limit: int) -> list[WorkerInfo]:
+        rows = await self._run("list_workers", {"limit": limit})
+        return [_worker_info(row, gone_after_s) for row in rows]
 
     # Q18: queue controls.
     async def set_paused(self, queue: str, paused: bool) -> None:

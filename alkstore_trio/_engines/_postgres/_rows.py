@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..._core import NO_HEADERS, Headers, Job, QueueLimits, QueueStats, Throttled
+from ..._core._workers import WorkerInfo, worker_state
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -128,4 +129,22 @@ def queue_stats(row: Sequence[Any], now: datetime) -> QueueStats:
         ),
         throttled=Throttled(running=int(row[16]), rate=int(row[17]), per_key=int(row[20])),
         cancelling=int(row[21]),
+    )
+
+
+def worker_info(row: Sequence[Any], gone_after_s: float) -> WorkerInfo:
+    """A row of the ``list_workers`` statement as its :class:`WorkerInfo` (Q21.4)."""
+    heartbeat_at, stopped_at, now = utc(row[7]), utc_or_none(row[8]), utc(row[9])
+    return WorkerInfo(
+        worker_id=row[0],
+        host=row[1],
+        pid=row[2],
+        queues=tuple(row[3]),
+        concurrency=row[4],
+        version=row[5],
+        started_at=utc(row[6]),
+        heartbeat_at=heartbeat_at,
+        stopped_at=stopped_at,
+        state=worker_state(heartbeat_at, stopped_at, now, gone_after_s),
+        now=now,
     )

@@ -287,6 +287,15 @@ from .q19_8_tokens import (
     q19_8_release_gives_the_claims_attempt_back,
     q19_8_v_refuses_a_token_that_is_not_the_claims,
 )
+from .q21_workers import (  # Q21
+    q21_a_silent_row_reads_gone_after_gone_after_s,
+    q21_a_start_registers_a_running_row_on_the_engines_clock,
+    q21_a_stop_marks_the_row_stopped_and_a_missing_row_stays_missing,
+    q21_bad_arguments_are_rejected_without_effect,
+    q21_beats_stamp_the_heartbeat_and_a_start_starts_afresh,
+    q21_starts_and_beats_purge_rows_unheard_of_for_a_day_in_batches,
+    q21_the_listing_puts_the_latest_beat_first_and_takes_limit,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -501,6 +510,14 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     q19_8_release_gives_the_claims_attempt_back,
     q19_8_bad_release_arguments_raise_without_effect,
     q19_8_a_released_kept_job_is_pending_and_its_next_claim_keeps_it,
+    # Q21: the worker registry.
+    q21_a_start_registers_a_running_row_on_the_engines_clock,
+    q21_beats_stamp_the_heartbeat_and_a_start_starts_afresh,
+    q21_a_stop_marks_the_row_stopped_and_a_missing_row_stays_missing,
+    q21_a_silent_row_reads_gone_after_gone_after_s,
+    q21_the_listing_puts_the_latest_beat_first_and_takes_limit,
+    q21_starts_and_beats_purge_rows_unheard_of_for_a_day_in_batches,
+    q21_bad_arguments_are_rejected_without_effect,
 )
 
 

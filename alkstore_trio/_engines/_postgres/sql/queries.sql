@@ -1735,3 +1735,56 @@ SELECT pg_catalog.pg_notify(%(channel)s::text, '') FROM control;
 -- payload '0' is R11's "due now": a worker that waited for a later time (the lease lapse
 -- of Q18.9) looks the queue's next due time up again after a short claim.
 SELECT pg_catalog.pg_notify(%(channel)s::text, '0');
+
+-- Q21 the worker registry: one statement per beat of a worker, never per job.
+
+-- name: beat_worker
+-- Q21.2/Q21.4: a start (start = true) or a beat writes the worker's row (a start afresh;
+-- a beat keeps started_at, and makes a purged row again), and deletes up to purge_batch
+-- other rows unheard of for purge_after_s, the oldest first (SKIP LOCKED: two workers
+-- purging at once take different rows). Both parts see one snapshot and one clock read.
+WITH t AS (SELECT @schema@.alk_now() AS now),
+purged AS (
+    DELETE FROM @schema@.workers AS w
+    WHERE w.worker_id IN (
+        SELECT o.worker_id
+        FROM @schema@.workers AS o, t
+        WHERE o.heartbeat_at < t.now - %(purge_after_s)s::float8 * interval '1 second'
+            AND o.worker_id <> %(worker_id)s::text
+        ORDER BY o.heartbeat_at
+        LIMIT %(purge_batch)s::integer
+        FOR UPDATE OF o SKIP LOCKED
+    )
+    RETURNING 1
+)
+INSERT INTO @schema@.workers AS c (
+    worker_id, host, pid, queues, concurrency, version, started_at, heartbeat_at, stopped_at
+)
+SELECT
+    %(worker_id)s::text, %(host)s::text, %(pid)s::integer, %(queues)s::text[],
+    %(concurrency)s::integer, %(version)s::text, t.now, t.now, NULL
+FROM t, (SELECT count(*) FROM purged) AS p
+ON CONFLICT (worker_id) DO UPDATE SET
+    host = EXCLUDED.host,
+    pid = EXCLUDED.pid,
+    queues = EXCLUDED.queues,
+    concurrency = EXCLUDED.concurrency,
+    version = EXCLUDED.version,
+    started_at = CASE WHEN %(start)s::boolean THEN EXCLUDED.started_at ELSE c.started_at END,
+    heartbeat_at = EXCLUDED.heartbeat_at,
+    stopped_at = NULL;
+
+-- name: stop_worker
+-- Q21.2: a graceful stop: the row beats and is stopped now (a missing row stays missing).
+UPDATE @schema@.workers
+SET heartbeat_at = @schema@.alk_now(), stopped_at = @schema@.alk_now()
+WHERE worker_id = %(worker_id)s::text;
+
+-- name: list_workers
+-- Q21.4: up to limit rows, the latest beat first (ties by worker_id, code point order as
+-- the in-memory engine's), each with the clock read.
+SELECT worker_id, host, pid, queues, concurrency, version, started_at, heartbeat_at,
+    stopped_at, @schema@.alk_now()
+FROM @schema@.workers
+ORDER BY heartbeat_at DESC, worker_id COLLATE "C"
+LIMIT %(limit)s::integer;

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 14). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 15). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -190,6 +190,21 @@ CREATE TABLE @schema@.periodic (
     last_fire_at timestamptz,
     last_seen_at timestamptz NOT NULL
 );
+
+
+-- Q21: one row per worker id, its registration and its last beat (the worker registry).
+CREATE TABLE @schema@.workers (
+    worker_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    queues text[] NOT NULL,
+    concurrency integer NOT NULL,
+    version text NOT NULL,
+    started_at timestamptz NOT NULL,
+    heartbeat_at timestamptz NOT NULL,
+    stopped_at timestamptz
+);
+CREATE INDEX workers_heartbeat_idx ON @schema@.workers (heartbeat_at);
 
 
 -- Per queue, its controls: paused or not (Q18). A queue without a row is not paused;
@@ -528,4 +543,4 @@ COMMENT ON FUNCTION @schema@.enqueue(
     double precision
 ) IS 'alkstore_trio Q20.4: enqueue one job in the caller''s transaction; see docs/reference/sql-schema.md';
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (14);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (15);
