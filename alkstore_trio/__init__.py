@@ -27,6 +27,7 @@ Everything public is re-exported here (except the ``testing``, ``contrib`` and
 import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from ._core import HEADER_SCAN_ROWS as HEADER_SCAN_ROWS
 from ._core import Enqueued as Enqueued
 from ._core import Headers as Headers
 from ._core import Job as Job

@@ -15,6 +15,7 @@ from ._args import EXIT_OK, CommandFailed, HelpFormatter, epilog, int_in, job_id
 from ._operator import add_command, operator_store
 from ._output import escaped, iso, say, table
 from ._reschedule import add_reschedule
+from .enqueue import _header as header_pair  # D26.1: --header as enqueue takes it
 
 if TYPE_CHECKING:
     import argparse
@@ -86,12 +87,16 @@ def add_parser(
         help="list a queue's pending, processing, dead or completed jobs, by id",
         description=(
             "List a queue's jobs in one state, oldest id first, one line each. "
-            "--after-id pages: pass the last id shown."
+            "--after-id pages: pass the last id shown. --key and --header keep the jobs "
+            "that match exactly (D26.1); a --header search reads at most 10,000 jobs a "
+            "call and says where to go on."
         ),
         examples=[
             "alkstore-trio jobs list --queue emails --state pending",
             "alkstore-trio jobs list --queue emails --state dead --after-id 1200 --limit 100",
             "alkstore-trio jobs list --queue reports --state completed",
+            "alkstore-trio jobs list --queue emails --state dead --key user-42",
+            "alkstore-trio jobs list --queue emails --state pending --header tenant=acme",
         ],
     )
     listing.add_argument(
@@ -105,6 +110,19 @@ def add_parser(
             "which jobs: pending, processing, cancelling, dead, or completed or cancelled "
             "(kept after they finished by keep_completed_s) (required)"
         ),
+    )
+    listing.add_argument(
+        "--key",
+        metavar="K",
+        default=None,
+        help="only jobs whose unique key or concurrency key is exactly K",
+    )
+    listing.add_argument(
+        "--header",
+        metavar="NAME=VALUE",
+        type=header_pair,
+        default=None,
+        help="only jobs whose header NAME is exactly VALUE (split at the first '=')",
     )
     add_list_options(listing)
     add_reschedule(jobs_commands, env)  # Q16
@@ -364,10 +382,18 @@ def print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
 
 async def list_jobs(args: argparse.Namespace) -> int:
     async with operator_store(args) as store:
-        jobs = await store.queue(args.queue).list_jobs(
-            args.state, limit=args.limit, after_id=args.after_id
+        page = await store.queue(args.queue).find_jobs(
+            args.state, key=args.key, header=args.header, limit=args.limit, after_id=args.after_id
         )
+    jobs = page.jobs
     print_jobs(jobs, as_json=args.json, dead=args.state == "dead")
+    if page.searched_to_id is not None:  # D26.1: the header search stopped at its bound
+        print(
+            f"searched up to id {page.searched_to_id}; continue with --after-id "
+            f"{page.searched_to_id}",
+            file=sys.stderr,
+        )
+        return EXIT_OK
     if not jobs and not args.json:
         print(f"no {args.state} jobs in queue {args.queue!r}", file=sys.stderr)
     return EXIT_OK
