@@ -88,7 +88,7 @@ def add_parser(
         description=(
             "List a queue's jobs in one state, oldest id first, one line each. "
             "--after-id pages: pass the last id shown. --key and --header keep the jobs "
-            "that match exactly (D26.1); a --header search reads at most 10,000 jobs a "
+            "that match exactly; a --header search reads at most 10,000 jobs a "
             "call and says where to go on."
         ),
         examples=[
@@ -99,31 +99,7 @@ def add_parser(
             "alkstore-trio jobs list --queue emails --state pending --header tenant=acme",
         ],
     )
-    listing.add_argument(
-        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
-    )
-    listing.add_argument(
-        "--state",
-        required=True,
-        choices=("pending", "processing", "cancelling", "dead", "completed", "cancelled"),
-        help=(
-            "which jobs: pending, processing, cancelling, dead, or completed or cancelled "
-            "(kept after they finished by keep_completed_s) (required)"
-        ),
-    )
-    listing.add_argument(
-        "--key",
-        metavar="K",
-        default=None,
-        help="only jobs whose unique key or concurrency key is exactly K",
-    )
-    listing.add_argument(
-        "--header",
-        metavar="NAME=VALUE",
-        type=header_pair,
-        default=None,
-        help="only jobs whose header NAME is exactly VALUE (split at the first '=')",
-    )
+    add_filter_options(listing)
     add_list_options(listing)
     add_reschedule(jobs_commands, env)  # Q16
     from ._wait import add_wait  # it prints as jobs show does: it imports this module
@@ -143,6 +119,36 @@ def add_show_options(show: argparse.ArgumentParser) -> None:
         metavar="F",
         default=None,
         help="write the completed job's raw result bytes to the file F",
+    )
+
+
+def add_filter_options(parser: argparse.ArgumentParser) -> None:
+    """``jobs list``'s ``--queue`` and ``--state``, and (D26.1) ``--key`` and
+    ``--header``: exact matches."""
+    parser.add_argument(
+        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
+    )
+    parser.add_argument(
+        "--state",
+        required=True,
+        choices=("pending", "processing", "cancelling", "dead", "completed", "cancelled"),
+        help=(
+            "which jobs: pending, processing, cancelling, dead, or completed or cancelled "
+            "(kept after they finished by keep_completed_s) (required)"
+        ),
+    )
+    parser.add_argument(
+        "--key",
+        metavar="K",
+        default=None,
+        help="only jobs whose unique key or concurrency key is exactly K",
+    )
+    parser.add_argument(
+        "--header",
+        metavar="NAME=VALUE",
+        type=header_pair,
+        default=None,
+        help="only jobs whose header NAME is exactly VALUE (split at the first '=')",
     )
 
 
