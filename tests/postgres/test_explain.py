@@ -871,7 +871,7 @@ JOB_QUERIES = {
     "list_dead": 1,
     "complete_claims_and_claim": 1,  # Q19.1
     "list_completed": 1,  # Q19.2
-    **{name: 1 for name in _FILTERED},  # D26.1
+    **dict.fromkeys(_FILTERED, 1),  # D26.1
 }
 #: The Job fields as those statements return them: the columns of ``jobs`` up to
 #: ``last_error``, the headers (NULL when empty), ``died_at``, the unique key (Q15), the

@@ -1226,20 +1226,15 @@ ORDER BY j.id
 
 -- name: list_live_by_key
 -- D26.1: live rows whose unique or concurrency key is the key. The unique key is one
--- lookup (jobs_unique_key_idx); the concurrency key is read on the per-key partial
--- index of the state (an arm per state, each written with its state as a literal so
--- that even a generic plan proves the index's predicate; the arms of other states are
--- skipped by their one-time filter).
+-- lookup (jobs_unique_key_idx); the concurrency key's rows in the state are a range of
+-- jobs_key_list_idx in id order (migration 16), read up to the window whatever the
+-- key's backlog.
 WITH examined AS MATERIALIZED (
     SELECT c.id, c.headers FROM @schema@.jobs AS c
     WHERE c.id IN (
         {key_arm(rows = @schema@.jobs, column = unique_key, in_state = k.state = %(state)s::text)}
         UNION ALL
-        {key_arm(rows = @schema@.jobs, column = concurrency_key, in_state = k.state = 'pending' AND %(state)s::text = 'pending')}
-        UNION ALL
-        {key_arm(rows = @schema@.jobs, column = concurrency_key, in_state = k.state = 'processing' AND %(state)s::text = 'processing')}
-        UNION ALL
-        {key_arm(rows = @schema@.jobs, column = concurrency_key, in_state = k.state = 'cancelling' AND %(state)s::text = 'cancelling')}
+        {key_arm(rows = @schema@.jobs, column = concurrency_key, in_state = k.state = %(state)s::text)}
     )
     ORDER BY c.id
     LIMIT %(window)s::bigint

@@ -81,6 +81,10 @@ CREATE INDEX jobs_key_claim_idx ON @schema@.jobs (queue, concurrency_key, priori
     WHERE state = 'pending' AND concurrency_key IS NOT NULL;
 CREATE INDEX jobs_key_lease_idx ON @schema@.jobs (queue, concurrency_key, claim_expires_at)
     WHERE state = 'processing' AND concurrency_key IS NOT NULL;
+-- D26.1: the listing of one concurrency key's rows in one state walks them by id, a page
+-- at a time, however deep the key's backlog (keyless rows have no entry).
+CREATE INDEX jobs_key_list_idx ON @schema@.jobs (queue, concurrency_key, state, id)
+    WHERE concurrency_key IS NOT NULL;
 -- Q19.5: the sweep finds the cancelling rows whose lease lapsed (empty in the usual case).
 CREATE INDEX jobs_cancelling_idx ON @schema@.jobs (queue, claim_expires_at)
     WHERE state = 'cancelling';
