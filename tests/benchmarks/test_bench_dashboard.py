@@ -4,13 +4,15 @@ default run skips it; it needs a PostgreSQL server (``pg_dsn``) and the dev extr
 ``ALKSTORE_BENCH_DASHBOARD_JOBS`` sets the number of jobs (dead rows: a tenth of it).
 
 The rows are loaded by SQL (the jobs pending in one queue, the dead rows over two queues
-and five errors), then each page is fetched ``RUNS`` times over real HTTP from the
-dashboard served by Hypercorn's trio worker, and the p50 and p95 are printed. Pages
-share one ``stats`` reading per refresh interval (W9), so these are the times of a page
-served from a reading; the ``stats`` reading itself counts rows, and its time is
-printed apart (the cost, once per interval, of the request that refreshes it). The
-assertion is the target for the pages; a loaded shared machine may miss it, so read the
-printed table with the load it prints."""
+and five errors; D26.1: every job with a ``tenant`` header, one of ten values but for
+one ``rare`` row near the end, one in a hundred with a unique key, and a concurrency
+key, ``big-customer`` for a tenth of them, else one of a thousand), then each page is
+fetched ``RUNS`` times over real HTTP from the dashboard served by Hypercorn's trio
+worker, and the p50 and p95 are printed. Pages share one ``stats`` reading per refresh
+interval (W9), so these are the times of a page served from a reading; the ``stats``
+reading itself counts rows, and its time is printed apart (the cost, once per interval,
+of the request that refreshes it). The assertion is the target for the pages; a loaded
+shared machine may miss it, so read the printed table with the load it prints."""
 
 from __future__ import annotations
 
