@@ -1209,7 +1209,7 @@ hits AS MATERIALIZED (
 SELECT
     {job_fields(state = {state}, died_at = {died_at})},
     {completed_at}, {result}, j.progress, w.examined, w.last_id
-FROM (SELECT count(*) AS examined, max(e.id) AS last_id FROM examined AS e) AS w
+FROM (SELECT count(*) AS examined, pg_catalog.max(e.id) AS last_id FROM examined AS e) AS w
 LEFT JOIN (hits AS h JOIN {rows} AS j ON j.id = h.id) ON true
 ORDER BY j.id
 
