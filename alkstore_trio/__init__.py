@@ -27,9 +27,11 @@ Everything public is re-exported here (except the ``testing``, ``contrib`` and
 import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from ._core import HEADER_SCAN_ROWS as HEADER_SCAN_ROWS
 from ._core import Enqueued as Enqueued
 from ._core import Headers as Headers
 from ._core import Job as Job
+from ._core import JobPage as JobPage
 from ._core import JobState as JobState
 from ._core import Periodic as Periodic
 from ._core import PeriodicFired as PeriodicFired

@@ -15,6 +15,7 @@ from ._args import EXIT_OK, CommandFailed, HelpFormatter, epilog, int_in, job_id
 from ._operator import add_command, operator_store
 from ._output import escaped, iso, say, table
 from ._reschedule import add_reschedule
+from .enqueue import _header as header_pair  # D26.1: --header as enqueue takes it
 
 if TYPE_CHECKING:
     import argparse
@@ -86,26 +87,19 @@ def add_parser(
         help="list a queue's pending, processing, dead or completed jobs, by id",
         description=(
             "List a queue's jobs in one state, oldest id first, one line each. "
-            "--after-id pages: pass the last id shown."
+            "--after-id pages: pass the last id shown. --key and --header keep the jobs "
+            "that match exactly; a --header search reads at most 10,000 jobs a "
+            "call and says where to go on."
         ),
         examples=[
             "alkstore-trio jobs list --queue emails --state pending",
             "alkstore-trio jobs list --queue emails --state dead --after-id 1200 --limit 100",
             "alkstore-trio jobs list --queue reports --state completed",
+            "alkstore-trio jobs list --queue emails --state dead --key user-42",
+            "alkstore-trio jobs list --queue emails --state pending --header tenant=acme",
         ],
     )
-    listing.add_argument(
-        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
-    )
-    listing.add_argument(
-        "--state",
-        required=True,
-        choices=("pending", "processing", "cancelling", "dead", "completed", "cancelled"),
-        help=(
-            "which jobs: pending, processing, cancelling, dead, or completed or cancelled "
-            "(kept after they finished by keep_completed_s) (required)"
-        ),
-    )
+    add_filter_options(listing)
     add_list_options(listing)
     add_reschedule(jobs_commands, env)  # Q16
     from ._wait import add_wait  # it prints as jobs show does: it imports this module
@@ -125,6 +119,36 @@ def add_show_options(show: argparse.ArgumentParser) -> None:
         metavar="F",
         default=None,
         help="write the completed job's raw result bytes to the file F",
+    )
+
+
+def add_filter_options(parser: argparse.ArgumentParser) -> None:
+    """``jobs list``'s ``--queue`` and ``--state``, and (D26.1) ``--key`` and
+    ``--header``: exact matches."""
+    parser.add_argument(
+        "--queue", metavar="Q", type=queue_name, required=True, help="the queue (required)"
+    )
+    parser.add_argument(
+        "--state",
+        required=True,
+        choices=("pending", "processing", "cancelling", "dead", "completed", "cancelled"),
+        help=(
+            "which jobs: pending, processing, cancelling, dead, or completed or cancelled "
+            "(kept after they finished by keep_completed_s) (required)"
+        ),
+    )
+    parser.add_argument(
+        "--key",
+        metavar="K",
+        default=None,
+        help="only jobs whose unique key or concurrency key is exactly K",
+    )
+    parser.add_argument(
+        "--header",
+        metavar="NAME=VALUE",
+        type=header_pair,
+        default=None,
+        help="only jobs whose header NAME is exactly VALUE (split at the first '=')",
     )
 
 
@@ -364,10 +388,18 @@ def print_jobs(jobs: Sequence[Job], *, as_json: bool, dead: bool) -> None:
 
 async def list_jobs(args: argparse.Namespace) -> int:
     async with operator_store(args) as store:
-        jobs = await store.queue(args.queue).list_jobs(
-            args.state, limit=args.limit, after_id=args.after_id
+        page = await store.queue(args.queue).find_jobs(
+            args.state, key=args.key, header=args.header, limit=args.limit, after_id=args.after_id
         )
+    jobs = page.jobs
     print_jobs(jobs, as_json=args.json, dead=args.state == "dead")
+    if page.searched_to_id is not None:  # D26.1: the header search stopped at its bound
+        print(
+            f"searched up to id {page.searched_to_id}; continue with --after-id "
+            f"{page.searched_to_id}",
+            file=sys.stderr,
+        )
+        return EXIT_OK
     if not jobs and not args.json:
         print(f"no {args.state} jobs in queue {args.queue!r}", file=sys.stderr)
     return EXIT_OK

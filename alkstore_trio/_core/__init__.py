@@ -8,6 +8,10 @@ the SQL's order and retention are checked against them by the tests). The in-mem
 engine's index itself lives with that engine, in ``_engines._memory``.
 """
 
+# D26.1 filtered listings
+from ._filters import HEADER_SCAN_ROWS as HEADER_SCAN_ROWS
+from ._filters import JobPage as JobPage
+
 # Q17 periodic jobs
 # Q18.7-Q18.11 queue limits
 from ._limits import NO_LIMITS as NO_LIMITS

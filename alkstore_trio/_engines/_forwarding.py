@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         StoreStats,
         SweepResult,
     )
+    from .._core._filters import JobPage  # D26.1
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from ._protocol import (
@@ -150,6 +151,17 @@ class ForwardingEngine:
         self, queue: str, state: JobState, limit: int, after_id: int | None
     ) -> list[Job]:
         return await self.inner.list_jobs(queue, state, limit, after_id)
+
+    async def find_jobs(
+        self,
+        queue: str,
+        state: JobState,
+        limit: int,
+        after_id: int | None,
+        key: str | None,
+        header: tuple[str, str] | None,
+    ) -> JobPage:
+        return await self.inner.find_jobs(queue, state, limit, after_id, key, header)
 
     async def stats(self, queue: str | None) -> StoreStats:
         return await self.inner.stats(queue)

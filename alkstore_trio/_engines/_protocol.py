@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         StoreStats,
         SweepResult,
     )
+    from .._core._filters import JobPage  # D26.1
     from .._core._periodic import Periodic, PeriodicInfo, PeriodicTick  # Q17
     from .._core._workers import BeatPhase, WorkerInfo, WorkerRegistration  # Q21
     from ._wake import DoneListener, WakeListener
@@ -254,6 +255,22 @@ class OperatorPath(Protocol):
         """D26: up to ``limit`` (>= 1) rows of this queue in this state (Q19.2:
         ``"completed"`` and, Q19.5, ``"cancelled"`` list the kept rows), by id
         ascending, with ids above ``after_id`` (all for ``None``)."""
+        ...
+
+    async def find_jobs(
+        self,
+        queue: str,
+        state: JobState,
+        limit: int,
+        after_id: int | None,
+        key: str | None,
+        header: tuple[str, str] | None,
+    ) -> JobPage:
+        """D26.1: :func:`~alkstore_trio._core._filters.filtered_page` over the rows
+        ``list_jobs`` would list (ids above ``after_id`` in ``state``): those whose
+        unique or concurrency key equals ``key`` and whose header ``header[0]`` equals
+        ``header[1]`` (``None``: no such filter), a header filter examining at most
+        ``HEADER_SCAN_ROWS`` rows."""
         ...
 
     async def stats(self, queue: str | None) -> StoreStats:

@@ -9,6 +9,7 @@ import trio
 
 from .._core import Enqueued, Job, JobState, QueueOpts, SweepResult
 from .._core import _validate as v
+from .._core._filters import JobPage, check_header, check_key
 from .._core._reschedule import check_reschedule
 from .._engines._protocol import FailItem, ProgressItem
 from .._errors import InvalidArgument
@@ -35,6 +36,20 @@ if TYPE_CHECKING:
 LIST_LIMIT_MAX = 1000
 #: D26: the states a listing takes (Q19.2's kept ``completed`` and ``cancelled`` too).
 _STATES: tuple[JobState, ...] = get_args(JobState)
+
+
+def _checked_listing(state: object, limit: object, after_id: object) -> tuple[int, int | None]:
+    """D26: a listing's state, limit and after_id, checked."""
+    if not isinstance(state, str) or state not in _STATES:
+        shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
+        raise InvalidArgument(
+            "state must be one of 'pending', 'processing', 'cancelling', 'dead', "
+            f"'completed' or 'cancelled'; got {shown}"
+        )
+    checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
+    if after_id is None:
+        return checked_limit, None
+    return checked_limit, v.check_int("after_id", after_id, lo=-v.JOB_ID_MAX - 1, hi=v.JOB_ID_MAX)
 
 
 @final
@@ -624,19 +639,44 @@ class Queue(QueueControls):
             StoreClosed: the store is closed.
         """
         self._store._check_open()
-        if not isinstance(state, str) or state not in _STATES:
-            shown = repr(state)[:40] if isinstance(state, str) else f"a {type(state).__name__}"
-            raise InvalidArgument(
-                "state must be one of 'pending', 'processing', 'cancelling', 'dead', "
-                f"'completed' or 'cancelled'; got {shown}"
-            )
-        checked_limit = v.check_int("limit", limit, lo=1, hi=LIST_LIMIT_MAX)
-        checked_after = (
-            None
-            if after_id is None
-            else v.check_int("after_id", after_id, lo=-v.JOB_ID_MAX - 1, hi=v.JOB_ID_MAX)
-        )
+        checked_limit, checked_after = _checked_listing(state, limit, after_id)
         return await self._engine.list_jobs(self._name, state, checked_limit, checked_after)
+
+    async def find_jobs(
+        self,
+        state: JobState,
+        *,
+        key: str | None = None,
+        header: tuple[str, str] | None = None,
+        limit: int = 100,
+        after_id: int | None = None,
+    ) -> JobPage:
+        """List this queue's jobs in one state that match a key and/or a header, by id,
+        a page at a time (D26.1). Exact matches only (no patterns).
+
+        Args:
+            state: As :meth:`list_jobs`.
+            key: Only jobs whose ``unique_key`` or ``concurrency_key`` equals it.
+            header: ``(name, value)``: only jobs whose header ``name`` equals ``value``.
+                A header filter examines at most ``HEADER_SCAN_ROWS`` (10,000) rows a
+                call: a page may then be short with more to search (``searched_to_id``).
+            limit: The most jobs to return, 1 to 1000.
+            after_id: Only jobs with a larger id; ``None`` starts at the first.
+
+        Returns:
+            A :class:`JobPage`: the jobs, ids ascending, and ``next_after_id``, the
+            ``after_id`` of the next call (``None`` at the end).
+
+        Raises:
+            InvalidArgument: an argument is invalid (nothing is read).
+            StoreClosed: the store is closed.
+        """
+        self._store._check_open()
+        checked_limit, checked_after = _checked_listing(state, limit, after_id)
+        checked_key, checked_header = check_key(key), check_header(header)
+        return await self._engine.find_jobs(
+            self._name, state, checked_limit, checked_after, checked_key, checked_header
+        )
 
     async def requeue_dead(
         self,

@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 from .._core import QueueLimits
 from .._errors import AlkstoreError, EngineError, InvalidArgument
 from . import _live, _views
+from ._jobs_filter import JobsFilter, JobsPage, read_page
 from ._security import CSRF_FIELD, MAX_FORM_BYTES, Auth, Guard, csrf_cookie, form_csrf_ok
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ _log = logging.getLogger("alkstore_trio.dashboard")
 
 #: The states the jobs page filters by (``Queue.list_jobs``'s).
 STATES: Final = ("pending", "processing", "cancelling", "dead", "completed", "cancelled")
-#: Jobs a page of the jobs list shows.
-PAGE_SIZE: Final = 50
 #: Dead jobs of one queue the dead-letter page groups (the oldest first).
 DEAD_SCAN: Final = 1000
 #: Dead jobs a group lists (its requeue takes all of the group's).
@@ -238,22 +237,29 @@ class _Pages:
             if not _is_state(state):
                 raise _Problem(400, f"state must be one of {', '.join(STATES)}")
             after = _int_param(params, "after")
-            jobs = []
+            chosen = JobsFilter.of(params, queue or "", state)  # issue 17: D26.1's filters
+            found = JobsPage([], None, None)
             if queue is not None:
-                handle = self._store.queue(queue)
-                jobs = await handle.list_jobs(state, limit=PAGE_SIZE + 1, after_id=after)
+                found = await read_page(self._store.queue(queue), chosen, after)
                 if queue not in queues:  # only kept rows, or none yet: still choosable
                     queues.insert(0, queue)
-            more = len(jobs) > PAGE_SIZE
-            jobs = jobs[:PAGE_SIZE]
+            root = request.scope.get("root_path", "")
             return "jobs.html", {
                 "queues": queues,
                 "queue": queue,
                 "state": state,
                 "states": STATES,
-                "jobs": jobs,
+                "jobs": found.jobs,
                 "after": after,
-                "next_after": jobs[-1].id if more else None,
+                "chosen": chosen,
+                "first_href": chosen.href(root),
+                "next_href": None
+                if found.next_after is None
+                else chosen.href(root, found.next_after),
+                "searched_to": found.searched_to,
+                "continue_href": None
+                if found.searched_to is None
+                else chosen.href(root, found.searched_to),
             }
 
         return await self._run(request, page)

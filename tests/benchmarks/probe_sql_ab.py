@@ -6,6 +6,9 @@ with ``git show``) beside the working tree's, and times the same work with each:
 
 - ``enqueue_one``: one single-payload enqueue per job;
 - ``enqueue_many``: 100 payloads per statement;
+- ``keyed enqueue_one``, ``keyed claim+ack``: as ``enqueue_one`` and ``claim+ack`` with
+  each job under one of 100 concurrency keys (Q18.8: the rows the per-key indexes, and
+  D26.1's ``jobs_key_list_idx``, have entries for);
 - ``claim+ack``: ``claim(n=1)`` then ``ack`` (the handle path, one job at a time);
 - ``claim+fail``: ``claim(n=1)`` then ``fail`` (a dead-letter move, counted);
 - ``claim+retry``: ``claim(n=1)`` then ``retry(delay_s=0)`` below budget (the row goes
@@ -139,13 +142,15 @@ class Side:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def prefill(self, n: int) -> None:
+    def prefill(self, n: int, keyed: bool = False) -> None:
+        """``n`` ready rows; ``keyed``: each with one of 100 concurrency keys (Q18.8)."""
         run_at = datetime.now(UTC) - timedelta(seconds=5)
         row = (QUEUE, PAYLOAD, 0, "pending", 0, 1_000_000, run_at, run_at, 3600.0, 5.0)
         table = f"{_sql.quote_ident(self.schema)}.jobs"
-        with self.admin.cursor() as cur, cur.copy(f"COPY {table} ({COLUMNS}) FROM STDIN") as copy:
-            for _ in range(n):
-                copy.write_row(row)
+        columns = f"{COLUMNS}, concurrency_key" if keyed else COLUMNS
+        with self.admin.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for i in range(n):
+                copy.write_row((*row, f"tenant-{i % 100}") if keyed else row)
         self.admin.execute(f"ANALYZE {table}")
 
     def run(self, name: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
@@ -206,6 +211,15 @@ def op_enqueue_one(side: Side, jobs: int) -> None:
     params = {**side.enqueue_params(), "payload": PAYLOAD}
     for _ in range(jobs):
         side.run("enqueue_one", params)
+
+
+def op_enqueue_one_keyed(side: Side, jobs: int) -> None:
+    """Q18.8: as enqueue_one, each job with one of 100 concurrency keys."""
+    for i in range(jobs):
+        side.run(
+            "enqueue_one",
+            {**side.enqueue_params(), "payload": PAYLOAD, "concurrency_key": f"tenant-{i % 100}"},
+        )
 
 
 def op_enqueue_many(side: Side, jobs: int) -> None:
@@ -284,8 +298,12 @@ def op_heartbeat_claims(side: Side, jobs: int) -> None:
 
 
 #: case -> (operation, jobs per chunk, whether the jobs it works on must be prefilled)
-CASES: dict[str, tuple[Callable[[Side, int], None], int, bool]] = {
+#: Each case: its operation, the jobs a chunk takes, and whether to prefill ready rows
+#: (``"keyed"``: rows with concurrency keys).
+CASES: dict[str, tuple[Callable[[Side, int], None], int, bool | str]] = {
     "enqueue_one": (op_enqueue_one, 200, False),
+    "keyed enqueue_one": (op_enqueue_one_keyed, 200, False),  # D26.1's index pays here
+    "keyed claim+ack": (op_claim_ack, 200, "keyed"),
     "enqueue_many": (op_enqueue_many, 2000, False),
     "claim+ack": (op_claim_ack, 200, True),
     "claim+fail": (op_claim_fail, 200, True),
@@ -315,7 +333,7 @@ def measure(
     with sides(old_ref, new_ref, conninfo) as (old, new):
         for side in (old, new):
             if prefill:
-                side.prefill(jobs * (chunks + 2))
+                side.prefill(jobs * (chunks + 2), keyed=prefill == "keyed")
             op(side, jobs)  # warm up: every statement prepared before the clock starts
         for chunk in range(chunks):
             seconds: dict[str, float] = {}

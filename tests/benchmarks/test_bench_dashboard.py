@@ -4,13 +4,15 @@ default run skips it; it needs a PostgreSQL server (``pg_dsn``) and the dev extr
 ``ALKSTORE_BENCH_DASHBOARD_JOBS`` sets the number of jobs (dead rows: a tenth of it).
 
 The rows are loaded by SQL (the jobs pending in one queue, the dead rows over two queues
-and five errors), then each page is fetched ``RUNS`` times over real HTTP from the
-dashboard served by Hypercorn's trio worker, and the p50 and p95 are printed. Pages
-share one ``stats`` reading per refresh interval (W9), so these are the times of a page
-served from a reading; the ``stats`` reading itself counts rows, and its time is
-printed apart (the cost, once per interval, of the request that refreshes it). The
-assertion is the target for the pages; a loaded shared machine may miss it, so read the
-printed table with the load it prints."""
+and five errors; D26.1: every job with a ``tenant`` header, one of ten values but for
+one ``rare`` row near the end, one in a hundred with a unique key, and a concurrency
+key, ``big-customer`` for a tenth of them, else one of a thousand), then each page is
+fetched ``RUNS`` times over real HTTP from the dashboard served by Hypercorn's trio
+worker, and the p50 and p95 are printed. Pages share one ``stats`` reading per refresh
+interval (W9), so these are the times of a page served from a reading; the ``stats``
+reading itself counts rows, and its time is printed apart (the cost, once per interval,
+of the request that refreshes it). The assertion is the target for the pages; a loaded
+shared machine may miss it, so read the printed table with the load it prints."""
 
 from __future__ import annotations
 
@@ -34,27 +36,31 @@ PENDING = int(os.environ.get("ALKSTORE_BENCH_DASHBOARD_JOBS", "1000000"))
 DEAD = PENDING // 10
 RUNS = 40
 TARGET_P95_MS = 100.0
+PENDING_PAGE = "/jobs?queue=orders&state=pending"
 
 _LOAD_PENDING = """
 INSERT INTO {schema}.jobs (
     queue, payload, priority, state, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s
+    visibility_timeout_s, backoff_base_s, headers, unique_key, concurrency_key
 )
 SELECT 'orders', convert_to('{{"order": ' || g || '}}', 'UTF8'), g %% 3, 'pending', 0, 3,
     statement_timestamp() - interval '1 hour', statement_timestamp() - interval '1 hour',
-    300, 5
+    300, 5,
+    jsonb_build_object('tenant', CASE WHEN g = %(rows)s - 7 THEN 'rare' ELSE 't' || g %% 10 END),
+    CASE WHEN g %% 100 = 0 THEN 'order-' || g END,
+    CASE WHEN g %% 10 = 0 THEN 'big-customer' ELSE 'customer-' || g %% 1000 END
 FROM generate_series(1, %(rows)s) AS g
 """
 
 _LOAD_DEAD = """
 INSERT INTO {schema}.dead_jobs (
     id, queue, payload, priority, attempts, max_attempts, run_at, enqueued_at,
-    visibility_timeout_s, backoff_base_s, last_error, died_at
+    visibility_timeout_s, backoff_base_s, last_error, died_at, concurrency_key
 )
 SELECT 50000000 + g, CASE WHEN g %% 2 = 0 THEN 'orders' ELSE 'emails' END,
     convert_to('{{"n": ' || g || '}}', 'UTF8'), 0, 3, 3, now() - interval '2 hours',
     now() - interval '2 hours', 300, 5, 'error kind ' || (g %% 5) || ': it failed',
-    now() - g * interval '1 second'
+    now() - g * interval '1 second', 'customer-' || g %% 1000
 FROM generate_series(1, %(rows)s) AS g
 """
 
@@ -99,6 +105,19 @@ async def test_bench_dashboard_pages_with_a_million_jobs(pg_dsn):
                         f"/jobs?queue=orders&state=pending&after={first + PENDING // 2}"
                     ),
                     "jobs, dead": "/jobs?queue=orders&state=dead",
+                    # D26.1: filtered by a unique key (one row), a concurrency key of
+                    # 1,000 rows and one of 100,000, a rare header (one row, near the
+                    # end: each page reads its 10,000 rows), a common one (a tenth).
+                    "jobs, unique key": f"{PENDING_PAGE}&key=order-{PENDING // 2}",
+                    "jobs, key of 1k": "/jobs?queue=orders&state=pending&key=customer-7",
+                    "jobs, key of 100k": "/jobs?queue=orders&state=pending&key=big-customer",
+                    "jobs, key of 100k, deep": (
+                        "/jobs?queue=orders&state=pending&key=big-customer"
+                        f"&after={first + PENDING // 2}"
+                    ),
+                    "jobs, rare header": f"{PENDING_PAGE}&header=tenant&value=rare",
+                    "jobs, common header": f"{PENDING_PAGE}&header=tenant&value=t3",
+                    "jobs, dead, key of 100": "/jobs?queue=orders&state=dead&key=customer-8",
                     "job": f"/jobs/{first + PENDING // 8}",
                     "dead letters": "/dead",
                     "dead letters, one queue": "/dead?queue=emails",

@@ -470,6 +470,7 @@ def params_for(name: str, data: Loaded) -> list[tuple[str, dict[str, Any]]]:
             ),
         ],
         "list_dead": [("first page", {"queue": QUEUE, "after_id": 0, "limit": 100})],
+        **_filtered_cases(),  # D26.1
         "stats": [("every queue", {"queue": None}), ("one queue", {"queue": QUEUE})],
         "requeue_dead": [
             (
@@ -852,6 +853,31 @@ def split_columns(select_list: str) -> list[str]:
     return items
 
 
+#: D26.1: the filtered listings.
+_FILTERED = [f"list_{t}_by_{w}" for t in ("live", "dead", "completed") for w in ("key", "header")]
+
+
+def _filtered_cases() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """D26.1: each filtered listing for a key alone, a key and a header, a header alone."""
+    base = {"queue": QUEUE, "after_id": 0, "limit": 50, "key": None, "name": None, "value": None}
+    key = {**base, "key": "tenant-7", "window": 50}
+    both = {**key, "name": "h", "value": "v", "window": 10_000}
+    header = {**base, "name": "h", "value": "v", "window": 10_000}
+    cases: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for table, states in (
+        ("live", ["pending", "processing", "cancelling"]),
+        ("dead", ["dead"]),
+        ("completed", ["completed", "cancelled"]),
+    ):
+        cases[f"list_{table}_by_key"] = [
+            (f"{state}, {what}", {**params, "state": state})
+            for state in states
+            for what, params in (("key", key), ("key and header", both))
+        ]
+        cases[f"list_{table}_by_header"] = [(state, {**header, "state": state}) for state in states]
+    return cases
+
+
 #: The statements that return jobs (parsed by ``_backend._job``), and how many lists of
 #: job columns each has (a live and a dead half for the lookups by id).
 JOB_QUERIES = {
@@ -865,6 +891,7 @@ JOB_QUERIES = {
     "list_dead": 1,
     "complete_claims_and_claim": 1,  # Q19.1
     "list_completed": 1,  # Q19.2
+    **dict.fromkeys(_FILTERED, 1),  # D26.1
 }
 #: The Job fields as those statements return them: the columns of ``jobs`` up to
 #: ``last_error``, the headers (NULL when empty), ``died_at``, the unique key (Q15), the
@@ -945,6 +972,8 @@ def test_d30_every_statement_that_returns_jobs_returns_the_job_fields_in_one_ord
             assert tail == ["j.completed_at", "j.result", "j.progress"], (name, tail)
         elif name in ("list_live", "list_dead"):
             assert tail == ["NULL::timestamptz", "NULL::bytea", "j.progress"], (name, tail)
+        elif name in _FILTERED:  # D26.1: then how many rows it examined, the last id
+            assert tail[-3:] == ["j.progress", "w.examined", "w.last_id"], (name, tail)
         else:
             assert tail == [], (name, tail)
     # They all take them from the one job_fields fragment (once per list).

@@ -72,7 +72,15 @@ def test_queries_no_statement_keeps_a_reference_or_a_comment(name: str):
 
 
 #: The fragments, and the statements that include each (directly or through another).
+#: D26.1: the filtered listings, by key and by header, of the live, dead and kept rows.
+FILTERED = {
+    f"list_{table}_by_{what}"
+    for table in ("live", "dead", "completed")
+    for what in ("key", "header")
+}
 FRAGMENT_USERS = {
+    "filtered_page": FILTERED,  # D26.1
+    "key_arm": {name for name in FILTERED if name.endswith("_by_key")},
     "dead_letter": {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "retry", "fail",
         "retry_claims",
@@ -89,6 +97,7 @@ FRAGMENT_USERS = {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "get_job",
         "find_job", "list_live", "list_dead",
         "complete_claims_and_claim", "list_completed",  # Q19.1, Q19.2
+        *FILTERED,  # D26.1
     },
     "inline_payload": {"get_job", "find_job"},  # Q8: a large payload read apart
     "inline_result": {"get_job", "find_job"},  # Q19.1: a large result read apart
@@ -206,6 +215,7 @@ CONTRACT_WORDS |= {
 CONTRACT_WORDS |= {"release_claims"}  # Q19.8
 CONTRACT_WORDS |= {"settle_cancelled", "cancelling_among"}  # Q19.5
 CONTRACT_WORDS |= {"heartbeat_claims_progress"}  # Q19.7
+CONTRACT_WORDS |= FILTERED  # D26.1
 
 
 def test_queries_statements_are_named_after_the_contract():

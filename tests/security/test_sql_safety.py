@@ -299,6 +299,7 @@ SQL_WORDS |= {"LATERAL", "FILTER", "TRUE", "CONFLICT", "SET", "KEY", "WITH", "JO
 SQL_WORDS |= {"WHERE", "THEN", "LIMIT"}  # "WHERE (a OR b)", "LIMIT (SELECT ...)" (Q18)
 SQL_WORDS |= {"OVER", "SKIP"}  # "row_number() OVER (...)", "FOR UPDATE SKIP LOCKED" (Q18.8)
 SQL_WORDS |= {"FUNCTION"}  # "COMMENT ON FUNCTION @schema@.enqueue(...)" (Q20.4)
+SQL_WORDS |= {"ALL"}  # "UNION ALL (SELECT ...)" (D26.1)
 
 
 def _strip_comments(text: str) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
+from ..._core._filters import JobPage, filtered_page
 from ..._core._reschedule import RescheduleSpec, due_in_s, spec_due_in_s
 from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._errors import ClaimLost, EngineError, HandleConsumed, InvalidArgument, StoreClosed
@@ -360,6 +361,23 @@ class MemoryEngine:
         self, queue: str, state: JobState, limit: int, after_id: int | None
     ) -> list[Job]:
         return await self._call(lambda table, now: table.list_jobs(queue, state, limit, after_id))
+
+    async def find_jobs(
+        self,
+        queue: str,
+        state: JobState,
+        limit: int,
+        after_id: int | None,
+        key: str | None,
+        header: tuple[str, str] | None,
+    ) -> JobPage:
+        """D26.1 over every row ``list_jobs`` would list (a linear scan, as that one)."""
+
+        def page(table: JobTable, now: datetime) -> JobPage:
+            rows = table.list_jobs(queue, state, 2**63, after_id)
+            return filtered_page(rows, key, header, limit)
+
+        return await self._call(page)
 
     async def stats(self, queue: str | None) -> StoreStats:
         return await self._call(lambda table, now: table.stats(queue, now))

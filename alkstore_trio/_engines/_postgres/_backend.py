@@ -33,6 +33,7 @@ from ..._core import (
     claim_order_key,
 )
 from ..._core import _validate as v
+from ..._core._filters import JobPage  # D26.1
 from ..._core._transitions import PURGE_BATCH, PURGE_BUDGET_S
 from ..._core._workers import WORKER_PURGE_AFTER_S, WORKER_PURGE_BATCH
 from ..._errors import EngineError, InvalidArgument, StoreClosed
@@ -42,6 +43,7 @@ from .._wake import WakeHub
 from . import (
     _driver,
     _enqueue,
+    _filters,  # D26.1
     _limited,
     _periodic,
     _pool,
@@ -498,6 +500,20 @@ class PostgresEngine(Listening):
         else:
             rows = await self._run("list_live", {**params, "state": state})
         return [_rows.kept_job(row) for row in rows]
+
+    async def find_jobs(
+        self,
+        queue: str,
+        state: JobState,
+        limit: int,
+        after_id: int | None,
+        key: str | None,
+        header: tuple[str, str] | None,
+    ) -> JobPage:
+        if key is None and header is None:
+            jobs = await self.list_jobs(queue, state, limit, after_id)
+            return JobPage(jobs, jobs[-1].id if len(jobs) == limit else None, None)
+        return await _filters.find_jobs(self._run, queue, state, limit, after_id, key, header)
 
     async def stats(self, queue: str | None) -> StoreStats:
         rows = await self._run("stats", {"queue": queue})

@@ -44,6 +44,12 @@ from .d25_d29_purge import (
     d25_purge_dead_deletes_dead_rows_older_than_the_limit,
     d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
 )
+from .d26_1_filters import (  # D26.1
+    d26_1_a_header_scan_stops_after_its_bound_and_says_where,
+    d26_1_bad_filters_raise_before_any_read,
+    d26_1_find_jobs_by_header_matches_one_value_exactly,
+    d26_1_find_jobs_by_key_matches_either_key_exactly,
+)
 from .d26_operator_reads import (
     d26_list_jobs_pages_through_one_state_by_id,
     d26_store_get_job_finds_a_row_by_id_in_any_queue,
@@ -438,6 +444,11 @@ CONFORMANCE_CHECKS: Final[tuple[Check, ...]] = (
     d29_purge_dead_dry_run_counts_what_purge_would_delete_and_deletes_nothing,
     d26_store_get_job_finds_a_row_by_id_in_any_queue,
     d26_list_jobs_pages_through_one_state_by_id,
+    # D26.1: filtered listings.
+    d26_1_find_jobs_by_key_matches_either_key_exactly,
+    d26_1_find_jobs_by_header_matches_one_value_exactly,
+    d26_1_a_header_scan_stops_after_its_bound_and_says_where,
+    d26_1_bad_filters_raise_before_any_read,
     d27_stats_count_each_queues_acked_jobs,
     d27_stats_count_each_queues_dead_letter_moves,
     d27_stats_count_each_queues_cancelled_jobs,

@@ -25,6 +25,7 @@ from ._cancel_steps import (  # Q19.5
 )
 from ._controls import SetLimits, SetPaused, apply_set_limits
 from ._drawing import _draw_step
+from ._filter_check import agree_on_filters  # D26.1
 from ._periodic_steps import FirePeriodic, apply_fire_periodic, periodic_targets  # Q17
 from ._q16 import NextDue, Reschedule, apply_next_due, apply_reschedule
 from ._steps import (
@@ -478,6 +479,7 @@ class _Run:
                 if len(page) < step.limit:
                     break
                 after = page[-1].id
+            await agree_on_filters(queue, self.model, state, step.limit, str(step), _agree)
         return sum(entry.live + entry.dead for entry in got_stats.queues)
 
     async def _set_paused(self, step: SetPaused, now: datetime) -> _Outcome:

@@ -1192,6 +1192,119 @@ WHERE queue = %(queue)s::text AND state = %(state)s::text AND id > %(after_id)s:
 ORDER BY id
 LIMIT %(limit)s::bigint;
 
+-- D26.1: the filtered listings, by key and by header. Each statement returns the page's
+-- jobs (the first %(limit)s matches among the rows it examined, by id) with, on every
+-- row, how many rows it examined and the last id examined; when nothing matched, one
+-- row of NULL job fields carries those two. The examined rows are at most %(window)s:
+-- %(limit)s for a key alone (every examined row matches), HEADER_SCAN_ROWS with a
+-- header (the bound of the rule). A header is compared exactly (`->>` and `=` on text,
+-- bound parameters: no pattern, no LIKE); %(name)s NULL means no header filter.
+-- fragment: filtered_page(rows, state, died_at, completed_at, result)
+hits AS MATERIALIZED (
+    SELECT e.id FROM examined AS e
+    WHERE %(name)s::text IS NULL OR e.headers ->> %(name)s::text = %(value)s::text
+    ORDER BY e.id
+    LIMIT %(limit)s::bigint
+)
+SELECT
+    {job_fields(state = {state}, died_at = {died_at})},
+    {completed_at}, {result}, j.progress, w.examined, w.last_id
+FROM (SELECT count(*) AS examined, pg_catalog.max(e.id) AS last_id FROM examined AS e) AS w
+LEFT JOIN (hits AS h JOIN {rows} AS j ON j.id = h.id) ON true
+ORDER BY j.id
+
+-- fragment: key_arm(rows, column, in_state)
+-- D26.1: the first %(window)s ids (ascending) of the queue's rows above after_id whose
+-- `column` equals the key, in the state (`in_state`), walked on an index of that key.
+(
+    SELECT k.id FROM {rows} AS k
+    WHERE k.queue = %(queue)s::text AND k.{column} = %(key)s::text AND {in_state}
+        AND k.id > %(after_id)s::bigint
+    ORDER BY k.id
+    LIMIT %(window)s::bigint
+)
+
+-- name: list_live_by_key
+-- D26.1: live rows whose unique or concurrency key is the key. The unique key is one
+-- lookup (jobs_unique_key_idx); the concurrency key's rows in the state are a range of
+-- jobs_key_list_idx in id order (migration 16), read up to the window whatever the
+-- key's backlog.
+WITH examined AS MATERIALIZED (
+    SELECT c.id, c.headers FROM @schema@.jobs AS c
+    WHERE c.id IN (
+        {key_arm(rows = @schema@.jobs, column = unique_key, in_state = k.state = %(state)s::text)}
+        UNION ALL
+        {key_arm(rows = @schema@.jobs, column = concurrency_key, in_state = k.state = %(state)s::text)}
+    )
+    ORDER BY c.id
+    LIMIT %(window)s::bigint
+),
+{filtered_page(rows = @schema@.jobs, state = j.state, died_at = NULL::timestamptz, completed_at = NULL::timestamptz, result = NULL::bytea)};
+
+-- name: list_live_by_header
+-- D26.1: the queue's live rows in the state, by id (list_live's walk), at most
+-- %(window)s of them examined.
+WITH examined AS MATERIALIZED (
+    SELECT c.id, c.headers FROM @schema@.jobs AS c
+    WHERE c.queue = %(queue)s::text AND c.state = %(state)s::text
+        AND c.id > %(after_id)s::bigint
+    ORDER BY c.id
+    LIMIT %(window)s::bigint
+),
+{filtered_page(rows = @schema@.jobs, state = j.state, died_at = NULL::timestamptz, completed_at = NULL::timestamptz, result = NULL::bytea)};
+
+-- name: list_dead_by_key
+-- D26.1: dead rows whose unique or concurrency key is the key (the key indexes of
+-- migration 16).
+WITH examined AS MATERIALIZED (
+    SELECT c.id, c.headers FROM @schema@.dead_jobs AS c
+    WHERE c.id IN (
+        {key_arm(rows = @schema@.dead_jobs, column = unique_key, in_state = true)}
+        UNION ALL
+        {key_arm(rows = @schema@.dead_jobs, column = concurrency_key, in_state = true)}
+    )
+    ORDER BY c.id
+    LIMIT %(window)s::bigint
+),
+{filtered_page(rows = @schema@.dead_jobs, state = 'dead', died_at = j.died_at, completed_at = NULL::timestamptz, result = NULL::bytea)};
+
+-- name: list_dead_by_header
+-- D26.1: the queue's dead rows, by id (list_dead's walk), at most %(window)s examined.
+WITH examined AS MATERIALIZED (
+    SELECT c.id, c.headers FROM @schema@.dead_jobs AS c
+    WHERE c.queue = %(queue)s::text AND c.id > %(after_id)s::bigint
+    ORDER BY c.id
+    LIMIT %(window)s::bigint
+),
+{filtered_page(rows = @schema@.dead_jobs, state = 'dead', died_at = j.died_at, completed_at = NULL::timestamptz, result = NULL::bytea)};
+
+-- name: list_completed_by_key
+-- D26.1: kept rows in the state whose unique or concurrency key is the key (the key
+-- indexes of migration 16), with completed_at and the result.
+WITH examined AS MATERIALIZED (
+    SELECT c.id, c.headers FROM @schema@.completed_jobs AS c
+    WHERE c.id IN (
+        {key_arm(rows = @schema@.completed_jobs, column = unique_key, in_state = k.state = %(state)s::text)}
+        UNION ALL
+        {key_arm(rows = @schema@.completed_jobs, column = concurrency_key, in_state = k.state = %(state)s::text)}
+    )
+    ORDER BY c.id
+    LIMIT %(window)s::bigint
+),
+{filtered_page(rows = @schema@.completed_jobs, state = j.state, died_at = NULL::timestamptz, completed_at = j.completed_at, result = j.result)};
+
+-- name: list_completed_by_header
+-- D26.1: the queue's kept rows in the state, by id (the list index), at most %(window)s
+-- examined.
+WITH examined AS MATERIALIZED (
+    SELECT c.id, c.headers FROM @schema@.completed_jobs AS c
+    WHERE c.queue = %(queue)s::text AND c.state = %(state)s::text
+        AND c.id > %(after_id)s::bigint
+    ORDER BY c.id
+    LIMIT %(window)s::bigint
+),
+{filtered_page(rows = @schema@.completed_jobs, state = j.state, died_at = NULL::timestamptz, completed_at = j.completed_at, result = j.result)};
+
 -- name: purge_completed
 -- Q19.3: delete up to `batch` of this queue's kept rows past purge_at, oldest first
 -- (the purge index); the count. The engine repeats it, each in a transaction of its

@@ -1,4 +1,4 @@
--- The canonical alkstore_trio schema (version 15). The schema placeholder is replaced
+-- The canonical alkstore_trio schema (version 16). The schema placeholder is replaced
 -- by the quoted schema name. The numbered files in migrations/ must produce exactly this; a test
 -- checks it.
 
@@ -81,6 +81,10 @@ CREATE INDEX jobs_key_claim_idx ON @schema@.jobs (queue, concurrency_key, priori
     WHERE state = 'pending' AND concurrency_key IS NOT NULL;
 CREATE INDEX jobs_key_lease_idx ON @schema@.jobs (queue, concurrency_key, claim_expires_at)
     WHERE state = 'processing' AND concurrency_key IS NOT NULL;
+-- D26.1: the listing of one concurrency key's rows in one state walks them by id, a page
+-- at a time, however deep the key's backlog (keyless rows have no entry).
+CREATE INDEX jobs_key_list_idx ON @schema@.jobs (queue, concurrency_key, state, id)
+    WHERE concurrency_key IS NOT NULL;
 -- Q19.5: the sweep finds the cancelling rows whose lease lapsed (empty in the usual case).
 CREATE INDEX jobs_cancelling_idx ON @schema@.jobs (queue, claim_expires_at)
     WHERE state = 'cancelling';
@@ -114,6 +118,11 @@ CREATE TABLE @schema@.dead_jobs (
 
 -- Retention purges the oldest dead rows of one queue.
 CREATE INDEX dead_jobs_retention_idx ON @schema@.dead_jobs (queue, died_at);
+-- D26.1: the listings by key walk one key's dead rows by id (keyless rows: no entry).
+CREATE INDEX dead_jobs_unique_key_idx ON @schema@.dead_jobs (queue, unique_key, id)
+    WHERE unique_key IS NOT NULL;
+CREATE INDEX dead_jobs_concurrency_key_idx ON @schema@.dead_jobs (queue, concurrency_key, id)
+    WHERE concurrency_key IS NOT NULL;
 
 -- Q19.2: the kept rows of finished jobs (history), moved here by their ack (state
 -- 'completed') or, Q19.5, by their cancel's finalization ('cancelled'): the columns of
@@ -151,6 +160,13 @@ CREATE TABLE @schema@.completed_jobs (
 CREATE INDEX completed_jobs_purge_idx ON @schema@.completed_jobs (queue, purge_at);
 -- D26: the operator's listing pages by id.
 CREATE INDEX completed_jobs_list_idx ON @schema@.completed_jobs (queue, state, id);
+-- D26.1: the listings by key walk one key's kept rows by id (keyless rows: no entry).
+CREATE INDEX completed_jobs_unique_key_idx
+    ON @schema@.completed_jobs (queue, state, unique_key, id)
+    WHERE unique_key IS NOT NULL;
+CREATE INDEX completed_jobs_concurrency_key_idx
+    ON @schema@.completed_jobs (queue, state, concurrency_key, id)
+    WHERE concurrency_key IS NOT NULL;
 
 -- Per queue, how many jobs were acked, dead-lettered and cancelled since this table was
 -- created. The statements that move jobs out of the live table add to it in the same
@@ -543,4 +559,4 @@ COMMENT ON FUNCTION @schema@.enqueue(
     double precision
 ) IS 'alkstore_trio Q20.4: enqueue one job in the caller''s transaction; see docs/reference/sql-schema.md';
 
-INSERT INTO @schema@.alk_schema_version (version) VALUES (15);
+INSERT INTO @schema@.alk_schema_version (version) VALUES (16);
