@@ -80,6 +80,8 @@ FILTERED = {
 }
 FRAGMENT_USERS = {
     "filtered_page": FILTERED,  # D26.1
+    # D25, D29, D25.1: the age bound of the purges of dead rows and their dry runs.
+    "died_before_bound": {"purge_dead", "count_dead", "purge_dead_ids", "count_dead_ids"},
     "key_arm": {name for name in FILTERED if name.endswith("_by_key")},
     "dead_letter": {
         "claim", "ack_claims_and_claim", "claim_limited", "claim_per_key", "retry", "fail",

@@ -1450,16 +1450,21 @@ WITH candidates AS MATERIALIZED (
 ),
 {redrive};
 
+-- fragment: died_before_bound
+-- D25, D29, D25.1: a dead row older than older_than_s (died_at + older_than_s < now), or
+-- every dead row when older_than_s is NULL (the bound is then +infinity).
+died_at < coalesce(
+    @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
+    'infinity'::timestamptz
+)
+
 -- name: purge_dead
 -- D25: delete this queue's dead rows with died_at + older_than_s < now, or every one
 -- when older_than_s is NULL (the bound is then +infinity); the count.
 WITH purged AS (
     DELETE FROM @schema@.dead_jobs
     WHERE queue = %(queue)s::text
-        AND died_at < coalesce(
-            @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
-            'infinity'::timestamptz
-        )
+        AND {died_before_bound}
     RETURNING 1
 )
 SELECT count(*) FROM purged;
@@ -1469,10 +1474,7 @@ SELECT count(*) FROM purged;
 -- same retention-index walk), deleting nothing.
 SELECT count(*) FROM @schema@.dead_jobs
 WHERE queue = %(queue)s::text
-    AND died_at < coalesce(
-        @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
-        'infinity'::timestamptz
-    );
+    AND {died_before_bound};
 
 -- name: purge_dead_ids
 -- D25.1: purge_dead restricted to these ids (found by the primary key); the count.
@@ -1480,10 +1482,7 @@ WITH purged AS (
     DELETE FROM @schema@.dead_jobs
     WHERE id = ANY(%(ids)s::bigint[])
         AND queue = %(queue)s::text
-        AND died_at < coalesce(
-            @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
-            'infinity'::timestamptz
-        )
+        AND {died_before_bound}
     RETURNING 1
 )
 SELECT count(*) FROM purged;
@@ -1493,10 +1492,7 @@ SELECT count(*) FROM purged;
 SELECT count(*) FROM @schema@.dead_jobs
 WHERE id = ANY(%(ids)s::bigint[])
     AND queue = %(queue)s::text
-    AND died_at < coalesce(
-        @schema@.alk_now() - %(older_than_s)s::float8 * interval '1 second',
-        'infinity'::timestamptz
-    );
+    AND {died_before_bound};
 
 -- Q17 periodic jobs. fire_periodic is one transaction (with its lock_timeout and
 -- idle_in_transaction_session_timeout set for it, Q17.9): sync_periodic, then one
