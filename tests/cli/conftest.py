@@ -14,7 +14,6 @@ fill up and block it) and kills whatever is still running when the test ends.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,23 +21,13 @@ from typing import Any
 
 import pytest
 import trio
-from _worker_process import ROOT, WorkerProcess, worker_env
+from _postgres_fixtures import postgres_fixtures
+from _worker_process import WorkerProcess, worker_env
 
 from alkstore_trio import Store, open_store
 from alkstore_trio._cli import EXIT_OK, main
 
-
-def _load_postgres_fixtures():
-    path = ROOT / "tests" / "postgres" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_alkstore_tests_postgres_conftest", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_postgres = _load_postgres_fixtures()
+_postgres = postgres_fixtures()
 make_schema = _postgres.make_schema
 schema = _postgres.schema
 

@@ -9,7 +9,6 @@ whose ``.ci/run`` installs it), where a missing browser fails them.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import urllib.parse
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from _postgres_fixtures import postgres_fixtures
 
 from alkstore_trio import open_store
 from alkstore_trio.dashboard import serve_dashboard
@@ -28,17 +28,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT_S = 15.0
 
 
-def _load_postgres_fixtures():
-    path = ROOT / "tests" / "postgres" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_alkstore_tests_postgres_conftest_d", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_postgres = _load_postgres_fixtures()
+_postgres = postgres_fixtures()
 make_schema = _postgres.make_schema
 schema = _postgres.schema
 

@@ -7,30 +7,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from _postgres_fixtures import postgres_fixtures
 
 from alkstore_trio import open_store
 from alkstore_trio.testing import ManualClock
 
 pytest.importorskip("msgspec", reason="the typed tasks need the tasks extra (msgspec)")
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _load_postgres_fixtures():
-    path = ROOT / "tests" / "postgres" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_alkstore_tests_postgres_conftest", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_postgres = _load_postgres_fixtures()
+_postgres = postgres_fixtures()
 make_schema = _postgres.make_schema
 schema = _postgres.schema
 
