@@ -9,10 +9,10 @@ from a lookup after a short claim, or from its own retry. Nothing sleeps for rea
 from __future__ import annotations
 
 import random
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from _worker_run import running
 
 from alkstore_trio import QueueOpts, open_store
 from alkstore_trio._runtime._outcomes import Retry
@@ -58,14 +58,6 @@ class Starts:
         self.starts.append((job.id, job.attempts, trio.current_time(), late))
         if self.retry_first is not None and job.attempts == 1:
             raise self.retry_first
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
 
 
 async def wait_for(predicate, limit=600.0):

@@ -9,10 +9,10 @@ asserted are exact; nothing sleeps for real. One test per rule family runs on Po
 from __future__ import annotations
 
 import secrets
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from _worker_run import running
 
 from alkstore_trio import InvalidArgument, Periodic, QueueOpts, Worker, open_store
 from alkstore_trio.testing import TrioClock
@@ -29,14 +29,6 @@ async def store(autojump_clock):
     _START[0] = trio.current_time()
     async with open_store("memory://", clock=TrioClock()) as opened:
         yield opened
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
 
 
 async def wait_until(predicate, *, step=0.01, limit=3000.0):

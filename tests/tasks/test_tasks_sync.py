@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 import trio.testing
+from _worker_run import running
 
 from alkstore_trio import QueueOpts, Tasks, Worker, open_store
 from alkstore_trio.testing import TrioClock
@@ -27,14 +28,6 @@ from alkstore_trio.testing import TrioClock
 async def store(autojump_clock):
     async with open_store("memory://", clock=TrioClock()) as opened:
         yield opened
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
 
 
 async def wait_until(predicate, *, step=0.1, limit=600.0):

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import pytest
 import trio
+from _worker_run import running
 
 from alkstore_trio import Fail, InvalidArgument, Periodic, Worker, open_store
 from alkstore_trio.testing import TrioClock
@@ -27,14 +27,6 @@ class Point:
 async def store(autojump_clock):
     async with open_store("memory://", clock=TrioClock()) as opened:
         yield opened
-
-
-@asynccontextmanager
-async def running(worker):
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop()
 
 
 async def wait_until(predicate, *, step=0.1, limit=600.0):
