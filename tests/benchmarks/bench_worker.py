@@ -83,13 +83,13 @@ import trio
 import alkstore_trio
 
 
-def _load_bench_postgres() -> Any:
-    # By path (and under the name the pytest wrapper of bench_postgres uses), so that it
-    # works as a script, under pytest whatever its import mode, and in the child processes.
-    name = "alkstore_bench_postgres"
+def _load_sibling(file: str, name: str) -> Any:
+    # By path (and, for bench_postgres, under the name its pytest wrapper uses), so that
+    # it works as a script, under pytest whatever its import mode, and in the child
+    # processes.
     if name in sys.modules:
         return sys.modules[name]
-    path = Path(__file__).with_name("bench_postgres.py")
+    path = Path(__file__).with_name(file)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
@@ -99,7 +99,7 @@ def _load_bench_postgres() -> Any:
     return module
 
 
-bp = _load_bench_postgres()
+bp = _load_sibling("bench_postgres.py", "alkstore_bench_postgres")
 
 QUEUE = bp.QUEUE
 PAYLOAD = bp.PAYLOAD
@@ -620,22 +620,10 @@ def _worker_specs(
 def ab_variants(refs: list[str]) -> list[BurnVariant]:
     """The one-process Worker variants on the code of other commits (``--ab``), each
     checked out once as a detached worktree of this repository under /tmp."""
-    root = Path(__file__).resolve().parents[2]
+    probe = _load_sibling("probe_worker_instructions.py", "alkstore_probe_instructions")
     out = []
     for ref in refs:
-        sha = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", ref],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        tree = Path(f"/tmp/alkstore-bench-ab-{sha}")
-        if not tree.exists():
-            subprocess.run(
-                ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), sha],
-                check=True,
-                capture_output=True,
-            )
+        sha, tree = probe.checkout(ref)
         for name, c, procs, prefetch in WORKER_VARIANTS:
             if procs == 1 and not prefetch:
                 out.append(
